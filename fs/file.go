@@ -1,0 +1,177 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// handle is an open file. It remembers the epoch of the view it was
+// opened in: after a rollback its I/O fails with ESTALE.
+type handle struct {
+	n           *node
+	flags       uint32
+	epoch       uint64
+	passthrough bool
+	base        *os.File // the base file, for passthrough handles
+}
+
+var (
+	_ = (gofs.FileReader)((*handle)(nil))
+	_ = (gofs.FileWriter)((*handle)(nil))
+	_ = (gofs.FileFlusher)((*handle)(nil))
+	_ = (gofs.FileFsyncer)((*handle)(nil))
+	_ = (gofs.FileReleaser)((*handle)(nil))
+	_ = (gofs.FileLseeker)((*handle)(nil))
+	_ = (gofs.FileAllocater)((*handle)(nil))
+	_ = (gofs.FileGetattrer)((*handle)(nil))
+)
+
+// ptHandle is a handle the kernel may serve from the base file directly.
+type ptHandle struct{ *handle }
+
+var _ = (gofs.FilePassthroughFder)((*ptHandle)(nil))
+
+// PassthroughFd hands the kernel the base file to read from.
+func (h *ptHandle) PassthroughFd() (int, bool) { return int(h.base.Fd()), true }
+
+// Open opens a file of the sandbox.
+func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	return n.open(flags, true)
+}
+
+func (n *node) open(flags uint32, mayPassthrough bool) (gofs.FileHandle, uint32, syscall.Errno) {
+	v := n.view()
+	if v.ReadOnly() && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		return nil, 0, syscall.EROFS
+	}
+	if err := v.Open(n.ino()); err != nil {
+		return nil, 0, toErrno(err)
+	}
+	h := &handle{n: n, flags: flags, epoch: v.Epoch()}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if mayPassthrough && n.m.passthrough && n.cachedOpens == 0 && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		if f, err := v.BaseFile(n.ino()); err == nil && f != nil {
+			h.base = f
+			h.passthrough = true
+			n.ptOpens++
+			return &ptHandle{h}, 0, 0
+		}
+	}
+	if n.ptOpens > 0 {
+		// The kernel refuses cached opens of an inode in passthrough mode.
+		return h, fuse.FOPEN_DIRECT_IO, 0
+	}
+	n.cachedOpens++
+	return h, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+func (h *handle) check() syscall.Errno {
+	if h.epoch != h.n.view().Epoch() {
+		return syscall.ESTALE
+	}
+	return 0
+}
+
+// Read reads from the merged file.
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if errno := h.check(); errno != 0 {
+		return nil, errno
+	}
+	if h.base != nil {
+		// Passthrough was refused by the kernel; read the base file ourselves.
+		n, err := h.base.ReadAt(dest, off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, toErrno(err)
+		}
+		return fuse.ReadResultData(dest[:n]), 0
+	}
+	n, err := h.n.view().ReadAt(h.n.ino(), dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, toErrno(err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// Write writes into the active layer.
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if errno := h.check(); errno != 0 {
+		return 0, errno
+	}
+	n, err := h.n.view().WriteAt(h.n.ino(), data, off, h.flags&syscall.O_APPEND != 0)
+	if err != nil {
+		return 0, toErrno(err)
+	}
+	return uint32(n), 0
+}
+
+// Flush is close(2); data stays in the view until fsync or the next seal.
+func (h *handle) Flush(ctx context.Context) syscall.Errno { return 0 }
+
+// Fsync makes everything written durable.
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return toErrno(h.n.view().Sync())
+}
+
+// Release closes the handle.
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	n := h.n
+	n.mu.Lock()
+	if h.passthrough {
+		n.ptOpens--
+	} else if n.cachedOpens > 0 {
+		n.cachedOpens--
+	}
+	n.mu.Unlock()
+	if h.base != nil {
+		h.base.Close()
+	}
+	n.view().Release(n.ino())
+	return 0
+}
+
+// Getattr through a handle works after the last name is gone.
+func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	return h.n.Getattr(ctx, nil, out)
+}
+
+// Lseek implements SEEK_DATA and SEEK_HOLE: the whole file counts as data,
+// the only hole is the one at its end.
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	a, err := h.n.view().GetAttr(h.n.ino())
+	if err != nil {
+		return 0, toErrno(err)
+	}
+	size := uint64(a.Size)
+	switch whence {
+	case unix.SEEK_DATA:
+		if off >= size {
+			return 0, syscall.ENXIO
+		}
+		return off, 0
+	case unix.SEEK_HOLE:
+		if off > size {
+			return 0, syscall.ENXIO
+		}
+		return size, 0
+	}
+	return 0, syscall.EINVAL
+}
+
+// Allocate implements fallocate without punching holes.
+func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	if errno := h.check(); errno != 0 {
+		return errno
+	}
+	if mode&^unix.FALLOC_FL_KEEP_SIZE != 0 {
+		return syscall.EOPNOTSUPP
+	}
+	return toErrno(h.n.view().Allocate(h.n.ino(), int64(off), int64(size), mode&unix.FALLOC_FL_KEEP_SIZE != 0))
+}

@@ -1,0 +1,102 @@
+package fs
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/strata-sandbox/strata/layers"
+)
+
+// Options say how a sandbox is mounted.
+type Options struct {
+	// AllowOther lets users other than the mounting one in (the kernel
+	// still checks permissions: the mount uses default_permissions).
+	AllowOther bool
+	// Debug logs every FUSE request.
+	Debug bool
+	// NoPassthrough turns off passthrough reads of untouched base files.
+	NoPassthrough bool
+}
+
+// Mount is a live FUSE mount of one sandbox's view.
+type Mount struct {
+	view        *layers.View
+	dir         string
+	server      *fuse.Server
+	root        *node
+	blksize     uint32
+	passthrough bool
+}
+
+// Timeouts of the kernel's caches. Only this process changes the tree, and
+// a repoint invalidates explicitly, so they can be long.
+var (
+	entryTimeout    = 5 * time.Second
+	attrTimeout     = 5 * time.Second
+	negativeTimeout = 5 * time.Second
+)
+
+// New mounts v at dir and returns once the mount is live. As root it
+// mounts directly; otherwise through fusermount3.
+func New(dir string, v *layers.View, o Options) (*Mount, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("mountpoint %s: %w", dir, err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("mountpoint %s: %w", dir, layers.ErrNotDir)
+	}
+	m := &Mount{view: v, dir: dir, blksize: uint32(min(v.BlockSize(), 1<<20)), passthrough: !o.NoPassthrough}
+	m.root = &node{m: m}
+	mopts := []string{"default_permissions"}
+	if v.ReadOnly() {
+		mopts = append(mopts, "ro")
+	}
+	opts := &gofs.Options{
+		MountOptions: fuse.MountOptions{
+			FsName:       "strata:" + v.Info().Name,
+			Name:         "strata",
+			DirectMount:  true,
+			AllowOther:   o.AllowOther,
+			Options:      mopts,
+			MaxWrite:     1 << 20,
+			MaxReadAhead: 1 << 20,
+			Debug:        o.Debug,
+		},
+		EntryTimeout:    &entryTimeout,
+		AttrTimeout:     &attrTimeout,
+		NegativeTimeout: &negativeTimeout,
+		RootStableAttr:  &gofs.StableAttr{Ino: layers.RootIno},
+	}
+	server, err := gofs.Mount(dir, m.root, opts)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	m.server = server
+	return m, nil
+}
+
+// Dir is the mountpoint.
+func (m *Mount) Dir() string { return m.dir }
+
+// View is the sandbox view the mount serves.
+func (m *Mount) View() *layers.View { return m.view }
+
+// Wait blocks until the mount is gone (unmounted by anyone).
+func (m *Mount) Wait() { m.server.Wait() }
+
+// Unmount detaches the mount; it retries while the kernel reports it busy
+// for a moment after the last file closed.
+func (m *Mount) Unmount() error {
+	var err error
+	for i := 0; i < 20; i++ {
+		if err = m.server.Unmount(); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("unmount %s: %w", m.dir, err)
+}

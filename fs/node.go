@@ -1,0 +1,307 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/strata-sandbox/strata/layers"
+)
+
+// node is one inode of a mounted sandbox. It holds only its number; the
+// view holds everything else.
+type node struct {
+	gofs.Inode
+	m *Mount
+
+	// mu protects the open counters, which keep the kernel's rule that an
+	// inode is opened either with passthrough or with the page cache.
+	mu          sync.Mutex
+	ptOpens     int
+	cachedOpens int
+}
+
+var (
+	_ = (gofs.NodeLookuper)((*node)(nil))
+	_ = (gofs.NodeGetattrer)((*node)(nil))
+	_ = (gofs.NodeSetattrer)((*node)(nil))
+	_ = (gofs.NodeReaddirer)((*node)(nil))
+	_ = (gofs.NodeMkdirer)((*node)(nil))
+	_ = (gofs.NodeMknoder)((*node)(nil))
+	_ = (gofs.NodeCreater)((*node)(nil))
+	_ = (gofs.NodeSymlinker)((*node)(nil))
+	_ = (gofs.NodeLinker)((*node)(nil))
+	_ = (gofs.NodeUnlinker)((*node)(nil))
+	_ = (gofs.NodeRmdirer)((*node)(nil))
+	_ = (gofs.NodeRenamer)((*node)(nil))
+	_ = (gofs.NodeReadlinker)((*node)(nil))
+	_ = (gofs.NodeOpener)((*node)(nil))
+	_ = (gofs.NodeGetxattrer)((*node)(nil))
+	_ = (gofs.NodeSetxattrer)((*node)(nil))
+	_ = (gofs.NodeRemovexattrer)((*node)(nil))
+	_ = (gofs.NodeListxattrer)((*node)(nil))
+	_ = (gofs.NodeStatfser)((*node)(nil))
+	_ = (gofs.NodeFsyncer)((*node)(nil))
+)
+
+func (n *node) ino() uint64 { return n.StableAttr().Ino }
+
+func (n *node) view() *layers.View { return n.m.view }
+
+func fillAttr(out *fuse.Attr, a layers.Attr, blksize uint32) {
+	out.Ino = a.Ino
+	out.Size = uint64(a.Size)
+	out.Blocks = uint64(a.Blocks)
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid = a.UID
+	out.Gid = a.GID
+	out.Rdev = uint32(a.Rdev)
+	out.Blksize = blksize
+	out.Atime, out.Atimensec = uint64(a.Atime/1e9), uint32(a.Atime%1e9)
+	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
+	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
+}
+
+func (n *node) child(ctx context.Context, a layers.Attr, out *fuse.EntryOut) *gofs.Inode {
+	fillAttr(&out.Attr, a, n.m.blksize)
+	return n.NewInode(ctx, &node{m: n.m}, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+}
+
+func caller(ctx context.Context) layers.Caller {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return layers.Caller{UID: c.Uid, GID: c.Gid}
+	}
+	return layers.Caller{}
+}
+
+// Lookup finds a child by name.
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	a, err := n.view().Lookup(n.ino(), name)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+// Getattr reports the inode's attributes.
+func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	a, err := n.view().GetAttr(n.ino())
+	if err != nil {
+		return toErrno(err)
+	}
+	fillAttr(&out.Attr, a, n.m.blksize)
+	return 0
+}
+
+// Setattr changes mode, owner, size or times.
+func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if h, ok := fh.(*handle); ok {
+		if errno := h.check(); errno != 0 {
+			return errno
+		}
+	}
+	var set layers.SetAttrIn
+	if m, ok := in.GetMode(); ok {
+		set.Mode = &m
+	}
+	if u, ok := in.GetUID(); ok {
+		set.UID = &u
+	}
+	if g, ok := in.GetGID(); ok {
+		set.GID = &g
+	}
+	if s, ok := in.GetSize(); ok {
+		sz := int64(s)
+		set.Size = &sz
+	}
+	if t, ok := in.GetATime(); ok {
+		ns := t.UnixNano()
+		set.Atime = &ns
+	}
+	if t, ok := in.GetMTime(); ok {
+		ns := t.UnixNano()
+		set.Mtime = &ns
+	}
+	a, err := n.view().SetAttr(n.ino(), set)
+	if err != nil {
+		return toErrno(err)
+	}
+	fillAttr(&out.Attr, a, n.m.blksize)
+	return 0
+}
+
+// Readdir lists the merged directory.
+func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	ents, err := n.view().ReadDir(n.ino())
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	list := make([]fuse.DirEntry, len(ents))
+	for i, e := range ents {
+		list[i] = fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode}
+	}
+	return gofs.NewListDirStream(list), 0
+}
+
+// Mkdir creates a directory.
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	a, err := n.view().Mkdir(n.ino(), name, mode, caller(ctx))
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+// Mknod creates a fifo, socket, device or regular file.
+func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	a, err := n.view().Mknod(n.ino(), name, mode, uint64(dev), caller(ctx))
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+// Create creates and opens a regular file.
+func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	a, err := n.view().Mknod(n.ino(), name, syscall.S_IFREG|mode&07777, 0, caller(ctx))
+	if err != nil {
+		return nil, nil, 0, toErrno(err)
+	}
+	ch := n.child(ctx, a, out)
+	cn := ch.Operations().(*node)
+	fh, fl, errno := cn.open(flags, false)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	return ch, fh, fl, 0
+}
+
+// Symlink creates a symlink.
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	a, err := n.view().Symlink(n.ino(), name, target, caller(ctx))
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+// Link gives target another name in this directory.
+func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	a, err := n.view().Link(target.EmbeddedInode().StableAttr().Ino, n.ino(), name)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+// Unlink removes a name.
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	return toErrno(n.view().Unlink(n.ino(), name))
+}
+
+// Rmdir removes an empty directory.
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return toErrno(n.view().Rmdir(n.ino(), name))
+}
+
+// Rename moves a name, directories included, wherever they come from.
+func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	var lf uint32
+	if flags&1 != 0 { // RENAME_NOREPLACE
+		lf |= layers.RenameNoReplace
+	}
+	if flags&2 != 0 { // RENAME_EXCHANGE
+		lf |= layers.RenameExchange
+	}
+	if flags&^3 != 0 {
+		return syscall.EINVAL
+	}
+	return toErrno(n.view().Rename(n.ino(), name, newParent.EmbeddedInode().StableAttr().Ino, newName, lf))
+}
+
+// Readlink returns a symlink's target.
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	t, err := n.view().Readlink(n.ino())
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return []byte(t), 0
+}
+
+// Getxattr reads an extended attribute.
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	val, err := n.view().GetXattr(n.ino(), attr)
+	if err != nil {
+		return 0, toErrno(err)
+	}
+	if len(dest) == 0 {
+		return uint32(len(val)), 0
+	}
+	if len(dest) < len(val) {
+		return uint32(len(val)), syscall.ERANGE
+	}
+	return uint32(copy(dest, val)), 0
+}
+
+// Setxattr sets an extended attribute.
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if data == nil {
+		data = []byte{}
+	}
+	return toErrno(n.view().SetXattr(n.ino(), attr, data, flags))
+}
+
+// Removexattr removes an extended attribute.
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return toErrno(n.view().SetXattr(n.ino(), attr, nil, 0))
+}
+
+// Listxattr lists extended attribute names.
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	names, err := n.view().ListXattr(n.ino())
+	if err != nil {
+		return 0, toErrno(err)
+	}
+	sz := 0
+	for _, s := range names {
+		sz += len(s) + 1
+	}
+	if len(dest) == 0 {
+		return uint32(sz), 0
+	}
+	if len(dest) < sz {
+		return uint32(sz), syscall.ERANGE
+	}
+	off := 0
+	for _, s := range names {
+		off += copy(dest[off:], s)
+		dest[off] = 0
+		off++
+	}
+	return uint32(sz), 0
+}
+
+// Statfs reports the space of the store's file system.
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	st, err := n.view().StatFS()
+	if err != nil {
+		return toErrno(err)
+	}
+	out.Blocks = st.Blocks
+	out.Bfree = st.Bfree
+	out.Bavail = st.Bavail
+	out.Files = st.Files
+	out.Ffree = st.Ffree
+	out.Bsize = uint32(st.Bsize)
+	out.Frsize = uint32(st.Frsize)
+	out.NameLen = layers.MaxNameLen
+	return 0
+}
+
+// Fsync makes the sandbox's changes durable (directories included).
+func (n *node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
+	return toErrno(n.view().Sync())
+}

@@ -1,0 +1,298 @@
+package layers
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sort"
+)
+
+// Key layout of the badger store. Every key starts with a one-letter table
+// name so that a prefix scan reads one table of one layer:
+//
+//	s/<sandbox>                      sandbox record
+//	l/<layer>                        layer record
+//	i/<layer>/<ino:8>                inode record as of that layer
+//	e/<layer>/<dir:8>/<name>         directory entry (ino 0 = whiteout)
+//	b/<layer>/<ino:8>/<block:8>      block map entry: slot in the layer's data file + page checksums
+//	x/<sandbox>/...                  reserved for checkpoint, archive and plan tables
+//
+// Entries and blocks are keyed by inode identity, never by path: renaming a
+// directory moves one entry, and a directory created anew gets a new identity,
+// so no opaque markers are needed to hide what a lower layer held under the
+// same name.
+const (
+	tSandbox = 's'
+	tLayer   = 'l'
+	tInode   = 'i'
+	tEntry   = 'e'
+	tBlock   = 'b'
+)
+
+func keySandbox(name string) []byte { return append([]byte{tSandbox, '/'}, name...) }
+func keyLayer(id string) []byte     { return append([]byte{tLayer, '/'}, id...) }
+
+func prefixLayerTable(t byte, layer string) []byte {
+	k := make([]byte, 0, 3+len(layer))
+	k = append(k, t, '/')
+	k = append(k, layer...)
+	return append(k, '/')
+}
+
+func keyInode(layer string, ino uint64) []byte {
+	return binary.BigEndian.AppendUint64(prefixLayerTable(tInode, layer), ino)
+}
+
+func prefixEntries(layer string, dir uint64) []byte {
+	return append(binary.BigEndian.AppendUint64(prefixLayerTable(tEntry, layer), dir), '/')
+}
+
+func keyEntry(layer string, dir uint64, name string) []byte {
+	return append(prefixEntries(layer, dir), name...)
+}
+
+func prefixBlocks(layer string, ino uint64) []byte {
+	return append(binary.BigEndian.AppendUint64(prefixLayerTable(tBlock, layer), ino), '/')
+}
+
+func keyBlock(layer string, ino uint64, blk uint64) []byte {
+	return binary.BigEndian.AppendUint64(prefixBlocks(layer, ino), blk)
+}
+
+// Inode is the stored metadata of one file, directory, symlink or special
+// file as of one layer. A layer stores a whole record whenever it changes
+// anything about the inode, so the topmost record wins outright.
+type Inode struct {
+	Mode                uint32 // S_IF* type bits and permission bits
+	UID, GID            uint32
+	Nlink               uint32
+	Rdev                uint64
+	Size                int64
+	Atime, Mtime, Ctime int64 // nanoseconds since the epoch
+	Target              string
+	// Origin is the base-relative path whose data (files) or entries
+	// (directories) show through below the layers; valid when HasOrigin.
+	Origin    string
+	HasOrigin bool
+	// Floor is the smallest size the file had in this layer (-1: never
+	// truncated here). Blocks of lower layers and the base at or past it
+	// are hidden: they were cut off by a truncate.
+	Floor int64
+	// Xattrs is the complete attribute set when XattrsSet; otherwise the
+	// attributes of the layer below (or the base) apply.
+	Xattrs    map[string][]byte
+	XattrsSet bool
+}
+
+const inodeVersion = 1
+
+func (n *Inode) clone() *Inode {
+	c := *n
+	if n.Xattrs != nil {
+		c.Xattrs = make(map[string][]byte, len(n.Xattrs))
+		for k, v := range n.Xattrs {
+			c.Xattrs[k] = append([]byte(nil), v...)
+		}
+	}
+	return &c
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// encodeInode is the stored form of an Inode: a version byte and varints.
+func encodeInode(n *Inode) []byte {
+	b := make([]byte, 0, 64+len(n.Target)+len(n.Origin))
+	b = append(b, inodeVersion)
+	var flags uint64
+	if n.HasOrigin {
+		flags |= 1
+	}
+	if n.XattrsSet {
+		flags |= 2
+	}
+	b = binary.AppendUvarint(b, flags)
+	b = binary.AppendUvarint(b, uint64(n.Mode))
+	b = binary.AppendUvarint(b, uint64(n.UID))
+	b = binary.AppendUvarint(b, uint64(n.GID))
+	b = binary.AppendUvarint(b, uint64(n.Nlink))
+	b = binary.AppendUvarint(b, n.Rdev)
+	b = binary.AppendVarint(b, n.Size)
+	b = binary.AppendVarint(b, n.Atime)
+	b = binary.AppendVarint(b, n.Mtime)
+	b = binary.AppendVarint(b, n.Ctime)
+	b = binary.AppendVarint(b, n.Floor)
+	b = appendString(b, n.Target)
+	b = appendString(b, n.Origin)
+	if n.XattrsSet {
+		names := make([]string, 0, len(n.Xattrs))
+		for k := range n.Xattrs {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		b = binary.AppendUvarint(b, uint64(len(names)))
+		for _, k := range names {
+			b = appendString(b, k)
+			b = appendString(b, string(n.Xattrs[k]))
+		}
+	}
+	return b
+}
+
+// decoder reads what encodeInode and friends wrote; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = fmt.Errorf("truncated varint: %w", ErrCorrupt)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = fmt.Errorf("truncated varint: %w", ErrCorrupt)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) u32() uint32 {
+	v := d.uvarint()
+	if v > 0xffffffff && d.err == nil {
+		d.err = fmt.Errorf("value %d out of range: %w", v, ErrCorrupt)
+	}
+	return uint32(v)
+}
+
+func (d *decoder) str() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("string of %d bytes past end: %w", n, ErrCorrupt)
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func decodeInode(b []byte) (*Inode, error) {
+	if len(b) == 0 || b[0] != inodeVersion {
+		return nil, fmt.Errorf("inode record version: %w", ErrCorrupt)
+	}
+	d := decoder{b: b[1:]}
+	flags := d.uvarint()
+	n := &Inode{
+		HasOrigin: flags&1 != 0,
+		XattrsSet: flags&2 != 0,
+	}
+	n.Mode = d.u32()
+	n.UID = d.u32()
+	n.GID = d.u32()
+	n.Nlink = d.u32()
+	n.Rdev = d.uvarint()
+	n.Size = d.varint()
+	n.Atime = d.varint()
+	n.Mtime = d.varint()
+	n.Ctime = d.varint()
+	n.Floor = d.varint()
+	n.Target = d.str()
+	n.Origin = d.str()
+	if n.XattrsSet {
+		cnt := d.uvarint()
+		if cnt > uint64(len(d.b)) {
+			return nil, fmt.Errorf("xattr count %d: %w", cnt, ErrCorrupt)
+		}
+		n.Xattrs = make(map[string][]byte, cnt)
+		for i := uint64(0); i < cnt && d.err == nil; i++ {
+			k := d.str()
+			n.Xattrs[k] = []byte(d.str())
+		}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("inode record: %d trailing bytes: %w", len(d.b), ErrCorrupt)
+	}
+	if n.Size < 0 {
+		return nil, fmt.Errorf("inode record: negative size: %w", ErrCorrupt)
+	}
+	return n, nil
+}
+
+// entry is a stored directory entry; Ino 0 marks a whiteout.
+type entry struct {
+	Ino  uint64
+	Type uint32 // S_IF* bits of the child
+}
+
+func encodeEntry(e entry) []byte {
+	b := binary.AppendUvarint(make([]byte, 0, 12), e.Ino)
+	return binary.AppendUvarint(b, uint64(e.Type))
+}
+
+func decodeEntry(b []byte) (entry, error) {
+	d := decoder{b: b}
+	e := entry{Ino: d.uvarint(), Type: d.u32()}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("entry: trailing bytes: %w", ErrCorrupt)
+	}
+	return e, d.err
+}
+
+// blockRef says where a block of a file lives inside one layer: the slot in
+// that layer's data file, and a CRC-32C for each page of the block. A block
+// with no checksums has been written but not sealed yet (only possible in
+// the active layer, in memory).
+type blockRef struct {
+	Slot uint64
+	CRCs []uint32
+}
+
+func (r blockRef) sealed() bool { return r.CRCs != nil }
+
+func encodeBlockRef(r blockRef) []byte {
+	b := make([]byte, 0, 10+4*len(r.CRCs))
+	b = binary.AppendUvarint(b, r.Slot)
+	b = binary.AppendUvarint(b, uint64(len(r.CRCs)))
+	for _, c := range r.CRCs {
+		b = binary.LittleEndian.AppendUint32(b, c)
+	}
+	return b
+}
+
+func decodeBlockRef(b []byte) (blockRef, error) {
+	d := decoder{b: b}
+	r := blockRef{Slot: d.uvarint()}
+	n := d.uvarint()
+	if d.err != nil {
+		return r, d.err
+	}
+	if n == 0 || uint64(len(d.b)) != 4*n {
+		return r, fmt.Errorf("block ref: %d checksums in %d bytes: %w", n, len(d.b), ErrCorrupt)
+	}
+	r.CRCs = make([]uint32, n)
+	for i := range r.CRCs {
+		r.CRCs[i] = binary.LittleEndian.Uint32(d.b[4*i:])
+	}
+	return r, nil
+}

@@ -1,0 +1,411 @@
+package layers
+
+import (
+	"fmt"
+	"github.com/dgraph-io/badger/v4"
+	"hash/crc32"
+	"io"
+	"os"
+	"syscall"
+)
+
+// MaxFileSize is the largest size a file may reach (as ext4's 16 TiB).
+const MaxFileSize = 16 << 40
+
+// srcKind says where a block's bytes come from.
+type srcKind int
+
+const (
+	srcZero srcKind = iota // a hole: reads as zeros
+	srcSlot                // a slot of a layer's data file
+	srcBase                // the base file, at the block's own offset
+)
+
+// source is a resolved block: the file and offset of its first byte, and
+// the page checksums to verify (nil when the block is not sealed yet or
+// comes from the base).
+type source struct {
+	kind srcKind
+	f    *os.File
+	off  int64
+	crcs []uint32
+	blk  uint64
+}
+
+func (v *View) layerFile(layer string) (*os.File, error) {
+	if f, ok := v.files[layer]; ok {
+		return f, nil
+	}
+	f, err := os.Open(v.s.dataPath(layer))
+	if err != nil {
+		return nil, fmt.Errorf("layer %s data: %w", layer, mapOSErr(err))
+	}
+	v.files[layer] = f
+	return f, nil
+}
+
+func (v *View) baseFileLocked(st *inodeState) (*os.File, error) {
+	if st.baseFile != nil {
+		return st.baseFile, nil
+	}
+	fd, err := v.base.open(st.rec.Origin, syscall.O_RDONLY)
+	if err != nil {
+		return nil, mapOSErr(err)
+	}
+	st.baseFile = os.NewFile(uintptr(fd), st.rec.Origin)
+	return st.baseFile, nil
+}
+
+// sourceLocked resolves block blk of st: active layer, then (below the
+// active layer's truncation floor) the frozen layers, then the base.
+func (v *View) sourceLocked(st *inodeState, blk uint64) (source, error) {
+	if ref, ok := st.active[blk]; ok {
+		return source{kind: srcSlot, f: v.files[v.activeLayer()], off: int64(ref.Slot) * v.bs, crcs: ref.CRCs, blk: blk}, nil
+	}
+	start := int64(blk) * v.bs
+	if st.inActive && st.rec.Floor >= 0 && start >= st.rec.Floor {
+		return source{kind: srcZero, blk: blk}, nil
+	}
+	if fr, ok := st.frozen[blk]; ok {
+		f, err := v.layerFile(fr.layer)
+		if err != nil {
+			return source{}, err
+		}
+		return source{kind: srcSlot, f: f, off: int64(fr.ref.Slot) * v.bs, crcs: fr.ref.CRCs, blk: blk}, nil
+	}
+	if st.rec.HasOrigin && start < st.baseLimit {
+		f, err := v.baseFileLocked(st)
+		if err != nil {
+			return source{}, err
+		}
+		return source{kind: srcBase, f: f, off: start, blk: blk}, nil
+	}
+	return source{kind: srcZero, blk: blk}, nil
+}
+
+// read copies len(dst) bytes from offset inBlk of the block into dst,
+// verifying the checksums of every page it touches.
+func (v *View) read(src source, dst []byte, inBlk int64) error {
+	switch src.kind {
+	case srcZero:
+		clear(dst)
+		return nil
+	case srcBase:
+		return readFull(src.f, dst, src.off+inBlk)
+	}
+	if src.crcs == nil {
+		return readFull(src.f, dst, src.off+inBlk)
+	}
+	p0 := inBlk / pageSize
+	p1 := (inBlk + int64(len(dst)) - 1) / pageSize
+	buf := make([]byte, (p1-p0+1)*pageSize)
+	if err := readFull(src.f, buf, src.off+p0*pageSize); err != nil {
+		return err
+	}
+	for p := p0; p <= p1; p++ {
+		page := buf[(p-p0)*pageSize : (p-p0+1)*pageSize]
+		if crc32.Checksum(page, castagnoli) != src.crcs[p] {
+			return fmt.Errorf("block %d page %d: checksum mismatch: %w", src.blk, p, ErrCorrupt)
+		}
+	}
+	copy(dst, buf[inBlk-p0*pageSize:])
+	return nil
+}
+
+// ReadAt reads from file ino at off. It returns 0, io.EOF at or past the
+// end of the file. A block that fails its checksum is an ErrCorrupt error,
+// never wrong data.
+func (v *View) ReadAt(ino uint64, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, ErrInvalid
+	}
+	v.mu.Lock()
+	st, err := v.getInode(ino)
+	if err != nil {
+		v.mu.Unlock()
+		return 0, err
+	}
+	if st.rec.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		v.mu.Unlock()
+		return 0, ErrIsDir
+	}
+	size := st.rec.Size
+	if off >= size {
+		v.mu.Unlock()
+		return 0, io.EOF
+	}
+	n := int64(len(p))
+	if off+n > size {
+		n = size - off
+	}
+	if err := v.ensureBlocks(st); err != nil {
+		v.mu.Unlock()
+		return 0, err
+	}
+	type piece struct {
+		src  source
+		dst  []byte
+		inBl int64
+	}
+	var pieces []piece
+	for pos := off; pos < off+n; {
+		blk := uint64(pos / v.bs)
+		inBl := pos % v.bs
+		l := min(v.bs-inBl, off+n-pos)
+		src, err := v.sourceLocked(st, blk)
+		if err != nil {
+			v.mu.Unlock()
+			return 0, err
+		}
+		pieces = append(pieces, piece{src, p[pos-off : pos-off+l], inBl})
+		pos += l
+	}
+	v.mu.Unlock()
+	// Slots are never reused and sealed slots never rewritten, so the I/O
+	// runs without the lock.
+	for _, pc := range pieces {
+		if err := v.read(pc.src, pc.dst, pc.inBl); err != nil {
+			return 0, fmt.Errorf("inode %d: %w", ino, err)
+		}
+	}
+	return int(n), nil
+}
+
+// writableSlotLocked returns the active-layer slot that block blk of st is
+// written into, copying the block up from below unless the write covers
+// every byte of it that matters (covered: [lo, hi) within the block).
+func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi int64) (*blockRef, error) {
+	ref, ok := st.active[blk]
+	if ok && !ref.sealed() {
+		return ref, nil
+	}
+	start := int64(blk) * v.bs
+	live := min(v.bs, max(0, st.rec.Size-start)) // bytes of this block inside the file
+	needOld := live > 0 && (lo > 0 || hi < live)
+	var old []byte
+	if needOld {
+		src, err := v.sourceLocked(st, blk)
+		if err != nil {
+			return nil, err
+		}
+		if src.kind != srcZero {
+			old = make([]byte, v.bs)
+			if err := v.read(src, old[:live], 0); err != nil {
+				return nil, err
+			}
+		}
+	}
+	f := v.files[v.activeLayer()]
+	nref := &blockRef{Slot: v.nextSlot}
+	v.nextSlot++
+	if old != nil {
+		if _, err := f.WriteAt(old, int64(nref.Slot)*v.bs); err != nil {
+			return nil, mapOSErr(err)
+		}
+	}
+	st.active[blk] = nref
+	v.markBlock(st, blk)
+	return nref, nil
+}
+
+func (v *View) markBlock(st *inodeState, blk uint64) {
+	if st.dirtyBlocks == nil {
+		st.dirtyBlocks = map[uint64]struct{}{}
+	}
+	st.dirtyBlocks[blk] = struct{}{}
+	v.dirty[st.ino] = st
+}
+
+func (v *View) markRec(st *inodeState) {
+	st.dirtyRec = true
+	v.dirty[st.ino] = st
+}
+
+// WriteAt writes p into file ino at off (append: at the end of the file).
+// Only the blocks it touches are copied into the active layer.
+func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, error) {
+	if off < 0 {
+		return 0, ErrInvalid
+	}
+	v.ioMu.RLock()
+	defer v.ioMu.RUnlock()
+	v.mu.Lock()
+	if err := v.checkWritable(); err != nil {
+		v.mu.Unlock()
+		return 0, err
+	}
+	st, err := v.getInode(ino)
+	if err != nil {
+		v.mu.Unlock()
+		return 0, err
+	}
+	if st.rec.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		v.mu.Unlock()
+		return 0, ErrInvalid
+	}
+	if appendMode {
+		off = st.rec.Size
+	}
+	if off+int64(len(p)) > MaxFileSize {
+		v.mu.Unlock()
+		return 0, fmt.Errorf("write past %d bytes: %w", int64(MaxFileSize), ErrTooLarge)
+	}
+	if err := v.ensureBlocks(st); err != nil {
+		v.mu.Unlock()
+		return 0, err
+	}
+	v.copyUp(st)
+	type piece struct {
+		off int64
+		src []byte
+	}
+	var pieces []piece
+	end := off + int64(len(p))
+	for pos := off; pos < end; {
+		blk := uint64(pos / v.bs)
+		inBl := pos % v.bs
+		l := min(v.bs-inBl, end-pos)
+		ref, err := v.writableSlotLocked(st, blk, inBl, inBl+l)
+		if err != nil {
+			v.mu.Unlock()
+			return 0, err
+		}
+		pieces = append(pieces, piece{int64(ref.Slot)*v.bs + inBl, p[pos-off : pos-off+l]})
+		pos += l
+	}
+	f := v.files[v.activeLayer()]
+	v.mu.Unlock()
+	for _, pc := range pieces {
+		if _, err := f.WriteAt(pc.src, pc.off); err != nil {
+			return 0, fmt.Errorf("inode %d: %w", ino, mapOSErr(err))
+		}
+	}
+	v.mu.Lock()
+	if end > st.rec.Size {
+		st.rec.Size = end
+	}
+	touch(st, true)
+	v.markRec(st)
+	v.mu.Unlock()
+	return len(p), nil
+}
+
+// truncateLocked sets the size of st: blocks past the new end leave the
+// active layer, lower ones are hidden by the layer's floor, and the block
+// that holds the new end keeps only the bytes before it. Holds ioMu.
+func (v *View) truncateLocked(st *inodeState, size int64) error {
+	if size < 0 || size > MaxFileSize {
+		return fmt.Errorf("size %d: %w", size, ErrTooLarge)
+	}
+	if err := v.ensureBlocks(st); err != nil {
+		return err
+	}
+	v.copyUp(st)
+	if size < st.rec.Size {
+		if size%v.bs != 0 {
+			blk := uint64(size / v.bs)
+			inBl := size % v.bs
+			ref, err := v.writableSlotLocked(st, blk, 0, 0)
+			if err != nil {
+				return err
+			}
+			zeros := make([]byte, v.bs-inBl)
+			if _, err := v.files[v.activeLayer()].WriteAt(zeros, int64(ref.Slot)*v.bs+inBl); err != nil {
+				return mapOSErr(err)
+			}
+		}
+		first := uint64((size + v.bs - 1) / v.bs)
+		for blk := range st.active {
+			if blk >= first {
+				delete(st.active, blk)
+				v.markBlock(st, blk)
+			}
+		}
+		if st.rec.Floor < 0 || size < st.rec.Floor {
+			st.rec.Floor = size
+		}
+	}
+	st.rec.Size = size
+	touch(st, true)
+	v.markRec(st)
+	return nil
+}
+
+// Allocate implements fallocate mode 0 and KEEP_SIZE: Strata stores holes
+// sparsely, so only the size changes.
+func (v *View) Allocate(ino uint64, off, length int64, keepSize bool) error {
+	if off < 0 || length <= 0 {
+		return ErrInvalid
+	}
+	v.ioMu.Lock()
+	defer v.ioMu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.checkWritable(); err != nil {
+		return err
+	}
+	st, err := v.getInode(ino)
+	if err != nil {
+		return err
+	}
+	if st.rec.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return ErrInvalid
+	}
+	if end := off + length; !keepSize && end > st.rec.Size {
+		if end > MaxFileSize {
+			return ErrTooLarge
+		}
+		v.copyUp(st)
+		st.rec.Size = end
+		touch(st, true)
+		b := &batch{v: v}
+		b.putRec(st)
+		b.done()
+	}
+	return nil
+}
+
+// BaseFile opens the base file behind ino for reading when ino is a regular
+// file no layer has changed, so the kernel can read it directly
+// (passthrough). It returns nil otherwise.
+func (v *View) BaseFile(ino uint64) (*os.File, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st, err := v.getInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if st.inActive || !st.rec.HasOrigin || st.rec.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return nil, nil
+	}
+	if err := v.ensureBlocks(st); err != nil {
+		return nil, err
+	}
+	if len(st.frozen) > 0 || len(st.active) > 0 || st.baseLimit < st.rec.Size {
+		return nil, nil
+	}
+	// Frozen records may still differ from the base (mode, size): only an
+	// inode that no layer recorded at all is the base file itself.
+	if v.hasRecordLocked(ino) {
+		return nil, nil
+	}
+	fd, err := v.base.open(st.rec.Origin, syscall.O_RDONLY)
+	if err != nil {
+		return nil, mapOSErr(err)
+	}
+	return os.NewFile(uintptr(fd), st.rec.Origin), nil
+}
+
+func (v *View) hasRecordLocked(ino uint64) bool {
+	found := false
+	_ = v.s.view(func(txn *badger.Txn) error {
+		for _, l := range v.stack {
+			if _, err := txn.Get(keyInode(l, ino)); err == nil {
+				found = true
+				return nil
+			}
+		}
+		return nil
+	})
+	return found
+}

@@ -1,0 +1,746 @@
+package layers
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// MaxNameLen is the longest name a directory entry may have.
+const MaxNameLen = 255
+
+func now() int64 { return time.Now().UnixNano() }
+
+func checkName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') || strings.ContainsRune(name, 0) {
+		return fmt.Errorf("name %q: %w", name, ErrInvalid)
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("name of %d bytes: %w", len(name), ErrTooLarge)
+	}
+	return nil
+}
+
+// batch collects one operation's stored changes.
+type batch struct {
+	v  *View
+	kv []kv
+}
+
+func (b *batch) putRec(st *inodeState) {
+	st.inActive = true
+	st.dirtyRec = false
+	b.kv = append(b.kv, kv{key: keyInode(b.v.activeLayer(), st.ino), val: encodeInode(st.rec)})
+}
+
+func (b *batch) delRec(ino uint64) {
+	b.kv = append(b.kv, kv{key: keyInode(b.v.activeLayer(), ino), del: true})
+}
+
+func (b *batch) putEntry(dir uint64, name string, e entry) {
+	b.kv = append(b.kv, kv{key: keyEntry(b.v.activeLayer(), dir, name), val: encodeEntry(e)})
+}
+
+func (b *batch) delEntry(dir uint64, name string) {
+	b.kv = append(b.kv, kv{key: keyEntry(b.v.activeLayer(), dir, name), del: true})
+}
+
+func (b *batch) done() { b.v.queue(b.kv) }
+
+// touch marks st changed now (ctime, and mtime when content changed).
+func touch(st *inodeState, content bool) {
+	t := now()
+	st.rec.Ctime = t
+	if content {
+		st.rec.Mtime = t
+	}
+}
+
+// setEntry makes name in d point at e, in memory and in the batch.
+func (b *batch) setEntry(dirIno uint64, d *dirState, name string, e entry) {
+	d.entries[name] = e
+	b.putEntry(dirIno, name, e)
+}
+
+// removeEntry removes name from d, leaving a whiteout when a lower layer or
+// the base still has the name.
+func (b *batch) removeEntry(dirIno uint64, d *dirState, name string) {
+	delete(d.entries, name)
+	if d.below[name] {
+		b.putEntry(dirIno, name, entry{})
+	} else {
+		b.delEntry(dirIno, name)
+	}
+}
+
+// Lookup finds name in directory dir.
+func (v *View) Lookup(dir uint64, name string) (Attr, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st, err := v.lookupLocked(dir, name)
+	if err != nil {
+		return Attr{}, err
+	}
+	return st.attr(), nil
+}
+
+func (v *View) lookupLocked(dir uint64, name string) (*inodeState, error) {
+	d, _, err := v.getDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	e, ok := d.entries[name]
+	if !ok {
+		return nil, fmt.Errorf("%q: %w", name, ErrNotFound)
+	}
+	st, err := v.getInode(e.Ino)
+	if err != nil {
+		return nil, fmt.Errorf("%q: inode %d: %w", name, e.Ino, err)
+	}
+	return st, nil
+}
+
+// GetAttr returns the attributes of ino.
+func (v *View) GetAttr(ino uint64) (Attr, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st, err := v.getInode(ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	return st.attr(), nil
+}
+
+// ReadDir lists directory dir, sorted by name.
+func (v *View) ReadDir(dir uint64) ([]DirEntry, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	d, _, err := v.getDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DirEntry, 0, len(d.entries))
+	for name, e := range d.entries {
+		out = append(out, DirEntry{Name: name, Ino: e.Ino, Mode: e.Type})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Readlink returns a symlink's target.
+func (v *View) Readlink(ino uint64) (string, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st, err := v.getInode(ino)
+	if err != nil {
+		return "", err
+	}
+	if st.rec.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+		return "", fmt.Errorf("inode %d is not a symlink: %w", ino, ErrInvalid)
+	}
+	return st.rec.Target, nil
+}
+
+// copyUp makes st's record belong to the active layer (it is stored with
+// the next batch that writes it).
+func (v *View) copyUp(st *inodeState) {
+	if !st.inActive {
+		st.rec = st.rec.clone()
+		st.rec.Floor = -1
+		st.inActive = true
+	}
+}
+
+// newChild creates an inode in dir; mode carries the type bits.
+func (v *View) newChild(dir uint64, name string, mode uint32, rdev uint64, target string, c Caller) (Attr, error) {
+	if err := checkName(name); err != nil {
+		return Attr{}, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.checkWritable(); err != nil {
+		return Attr{}, err
+	}
+	d, dst, err := v.getDir(dir)
+	if err != nil {
+		return Attr{}, err
+	}
+	if dst.rec.Nlink == 0 {
+		return Attr{}, fmt.Errorf("directory %d was removed: %w", dir, ErrNotFound)
+	}
+	if _, ok := d.entries[name]; ok {
+		return Attr{}, fmt.Errorf("%q: %w", name, ErrExists)
+	}
+	ino, err := v.s.nextIno()
+	if err != nil {
+		return Attr{}, err
+	}
+	t := now()
+	rec := &Inode{Mode: mode, UID: c.UID, GID: c.GID, Nlink: 1, Rdev: rdev, Atime: t, Mtime: t, Ctime: t, Floor: -1}
+	// BSD group semantics in a set-group-ID directory, as Linux does it.
+	if dst.rec.Mode&syscall.S_ISGID != 0 {
+		rec.GID = dst.rec.GID
+		if mode&syscall.S_IFMT == syscall.S_IFDIR {
+			rec.Mode |= syscall.S_ISGID
+		}
+	}
+	typ := mode & syscall.S_IFMT
+	switch typ {
+	case syscall.S_IFDIR:
+		rec.Nlink = 2
+		rec.Size = 4096
+	case syscall.S_IFLNK:
+		rec.Target = target
+		rec.Size = int64(len(target))
+	}
+	st := &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}}
+	v.inodes[ino] = st
+	if typ == syscall.S_IFDIR {
+		v.dirs[ino] = &dirState{entries: map[string]entry{}, below: map[string]bool{}}
+	}
+	b := &batch{v: v}
+	b.putRec(st)
+	b.setEntry(dir, d, name, entry{Ino: ino, Type: typ})
+	v.copyUp(dst)
+	if typ == syscall.S_IFDIR {
+		dst.rec.Nlink++
+	}
+	touch(dst, true)
+	b.putRec(dst)
+	b.done()
+	return st.attr(), nil
+}
+
+// Mknod creates a regular file, fifo, socket or device node.
+func (v *View) Mknod(dir uint64, name string, mode uint32, rdev uint64, c Caller) (Attr, error) {
+	if mode&syscall.S_IFMT == 0 {
+		mode |= syscall.S_IFREG
+	}
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFDIR, syscall.S_IFLNK:
+		return Attr{}, fmt.Errorf("mknod of type %o: %w", mode&syscall.S_IFMT, ErrInvalid)
+	}
+	return v.newChild(dir, name, mode, rdev, "", c)
+}
+
+// Mkdir creates a directory.
+func (v *View) Mkdir(dir uint64, name string, mode uint32, c Caller) (Attr, error) {
+	return v.newChild(dir, name, syscall.S_IFDIR|mode&07777, 0, "", c)
+}
+
+// Symlink creates a symlink to target.
+func (v *View) Symlink(dir uint64, name, target string, c Caller) (Attr, error) {
+	if len(target) == 0 || len(target) > 4095 {
+		return Attr{}, fmt.Errorf("symlink target of %d bytes: %w", len(target), ErrInvalid)
+	}
+	return v.newChild(dir, name, syscall.S_IFLNK|0o777, 0, target, c)
+}
+
+// Link gives inode ino another name.
+func (v *View) Link(ino, dir uint64, name string) (Attr, error) {
+	if err := checkName(name); err != nil {
+		return Attr{}, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.checkWritable(); err != nil {
+		return Attr{}, err
+	}
+	st, err := v.getInode(ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	if st.rec.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		return Attr{}, fmt.Errorf("link to a directory: %w", ErrIsDir)
+	}
+	d, dst, err := v.getDir(dir)
+	if err != nil {
+		return Attr{}, err
+	}
+	if _, ok := d.entries[name]; ok {
+		return Attr{}, fmt.Errorf("%q: %w", name, ErrExists)
+	}
+	if st.rec.Nlink == 0 {
+		return Attr{}, fmt.Errorf("inode %d was removed: %w", ino, ErrNotFound)
+	}
+	b := &batch{v: v}
+	v.copyUp(st)
+	st.rec.Nlink++
+	touch(st, false)
+	b.putRec(st)
+	b.setEntry(dir, d, name, entry{Ino: ino, Type: st.rec.Mode & syscall.S_IFMT})
+	v.copyUp(dst)
+	touch(dst, true)
+	b.putRec(dst)
+	b.done()
+	return st.attr(), nil
+}
+
+// dropLink lowers st's link count for a name that went away; an inode
+// that has no name and is not open loses its active-layer data.
+func (v *View) dropLink(b *batch, st *inodeState) {
+	v.copyUp(st)
+	if st.rec.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		st.rec.Nlink = 0
+	} else if st.rec.Nlink > 0 {
+		st.rec.Nlink--
+	}
+	touch(st, false)
+	if st.rec.Nlink > 0 || v.opens[st.ino] > 0 {
+		b.putRec(st)
+		return
+	}
+	v.purge(b, st)
+}
+
+// purge forgets an inode that nothing names or holds open any more.
+func (v *View) purge(b *batch, st *inodeState) {
+	b.delRec(st.ino)
+	for blk := range st.active {
+		b.kv = append(b.kv, kv{key: keyBlock(v.activeLayer(), st.ino, blk), del: true})
+	}
+	if d, ok := v.dirs[st.ino]; ok {
+		// An empty directory may still hold whiteouts of base names.
+		for name := range d.below {
+			b.delEntry(st.ino, name)
+		}
+		delete(v.dirs, st.ino)
+	}
+	delete(v.dirty, st.ino)
+	if st.baseFile != nil {
+		st.baseFile.Close()
+	}
+	delete(v.inodes, st.ino)
+}
+
+// Unlink removes a non-directory name.
+func (v *View) Unlink(dir uint64, name string) error {
+	return v.remove(dir, name, false)
+}
+
+// Rmdir removes an empty directory.
+func (v *View) Rmdir(dir uint64, name string) error {
+	return v.remove(dir, name, true)
+}
+
+func (v *View) remove(dir uint64, name string, isDir bool) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.checkWritable(); err != nil {
+		return err
+	}
+	d, dst, err := v.getDir(dir)
+	if err != nil {
+		return err
+	}
+	e, ok := d.entries[name]
+	if !ok {
+		return fmt.Errorf("%q: %w", name, ErrNotFound)
+	}
+	st, err := v.getInode(e.Ino)
+	if err != nil {
+		return err
+	}
+	childIsDir := st.rec.Mode&syscall.S_IFMT == syscall.S_IFDIR
+	if isDir && !childIsDir {
+		return fmt.Errorf("%q: %w", name, ErrNotDir)
+	}
+	if !isDir && childIsDir {
+		return fmt.Errorf("%q: %w", name, ErrIsDir)
+	}
+	if childIsDir {
+		cd, _, err := v.getDir(e.Ino)
+		if err != nil {
+			return err
+		}
+		if len(cd.entries) > 0 {
+			return fmt.Errorf("%q: %w", name, ErrNotEmpty)
+		}
+	}
+	b := &batch{v: v}
+	b.removeEntry(dir, d, name)
+	v.copyUp(dst)
+	if childIsDir && dst.rec.Nlink > 2 {
+		dst.rec.Nlink--
+	}
+	touch(dst, true)
+	b.putRec(dst)
+	v.dropLink(b, st)
+	b.done()
+	return nil
+}
+
+// Rename moves oldname in olddir to newname in newdir (renameat2 semantics
+// with RenameNoReplace and RenameExchange). Directories move like files,
+// whether they come from the base or a layer: only their entry moves.
+func (v *View) Rename(olddir uint64, oldname string, newdir uint64, newname string, flags uint32) error {
+	if err := checkName(newname); err != nil {
+		return err
+	}
+	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
+		return fmt.Errorf("rename flags %#x: %w", flags, ErrInvalid)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.checkWritable(); err != nil {
+		return err
+	}
+	od, ost, err := v.getDir(olddir)
+	if err != nil {
+		return err
+	}
+	nd, nst, err := v.getDir(newdir)
+	if err != nil {
+		return err
+	}
+	se, ok := od.entries[oldname]
+	if !ok {
+		return fmt.Errorf("%q: %w", oldname, ErrNotFound)
+	}
+	src, err := v.getInode(se.Ino)
+	if err != nil {
+		return err
+	}
+	srcDir := src.rec.Mode&syscall.S_IFMT == syscall.S_IFDIR
+	if srcDir && olddir != newdir {
+		if err := v.checkNotAncestor(se.Ino, newdir); err != nil {
+			return err
+		}
+	}
+	de, dstExists := nd.entries[newname]
+	b := &batch{v: v}
+	if flags&RenameExchange != 0 {
+		if !dstExists {
+			return fmt.Errorf("%q: %w", newname, ErrNotFound)
+		}
+		dstSt, err := v.getInode(de.Ino)
+		if err != nil {
+			return err
+		}
+		dstDir := dstSt.rec.Mode&syscall.S_IFMT == syscall.S_IFDIR
+		if dstDir && olddir != newdir {
+			if err := v.checkNotAncestor(de.Ino, olddir); err != nil {
+				return err
+			}
+		}
+		b.setEntry(olddir, od, oldname, de)
+		b.setEntry(newdir, nd, newname, se)
+		v.copyUp(src)
+		v.copyUp(dstSt)
+		touch(src, false)
+		touch(dstSt, false)
+		b.putRec(src)
+		b.putRec(dstSt)
+		v.copyUp(ost)
+		v.copyUp(nst)
+		if srcDir != dstDir && olddir != newdir {
+			if srcDir {
+				ost.rec.Nlink--
+				nst.rec.Nlink++
+			} else {
+				ost.rec.Nlink++
+				nst.rec.Nlink--
+			}
+		}
+		touch(ost, true)
+		touch(nst, true)
+		b.putRec(ost)
+		if newdir != olddir {
+			b.putRec(nst)
+		}
+		b.done()
+		return nil
+	}
+	if dstExists {
+		if flags&RenameNoReplace != 0 {
+			return fmt.Errorf("%q: %w", newname, ErrExists)
+		}
+		if de.Ino == se.Ino {
+			return nil // two names of one inode: POSIX says do nothing
+		}
+		dstSt, err := v.getInode(de.Ino)
+		if err != nil {
+			return err
+		}
+		dstDir := dstSt.rec.Mode&syscall.S_IFMT == syscall.S_IFDIR
+		switch {
+		case srcDir && !dstDir:
+			return fmt.Errorf("%q: %w", newname, ErrNotDir)
+		case !srcDir && dstDir:
+			return fmt.Errorf("%q: %w", newname, ErrIsDir)
+		case dstDir:
+			cd, _, err := v.getDir(de.Ino)
+			if err != nil {
+				return err
+			}
+			if len(cd.entries) > 0 {
+				return fmt.Errorf("%q: %w", newname, ErrNotEmpty)
+			}
+		}
+		if dstDir {
+			v.copyUp(nst)
+			nst.rec.Nlink--
+		}
+		v.dropLink(b, dstSt)
+	}
+	b.setEntry(newdir, nd, newname, se)
+	b.removeEntry(olddir, od, oldname)
+	// The moved inode's record is stored in the active layer so that its
+	// base origin (where its data and entries come from) is kept.
+	v.copyUp(src)
+	touch(src, false)
+	b.putRec(src)
+	v.copyUp(ost)
+	v.copyUp(nst)
+	if srcDir && olddir != newdir {
+		ost.rec.Nlink--
+		nst.rec.Nlink++
+	}
+	touch(ost, true)
+	touch(nst, true)
+	b.putRec(ost)
+	if newdir != olddir {
+		b.putRec(nst)
+	}
+	b.done()
+	return nil
+}
+
+// checkNotAncestor refuses to move directory ino below itself. The kernel
+// checks this too; the view checks it for its Go API callers. Only
+// directories already loaded can be on the path, so the walk is in memory.
+func (v *View) checkNotAncestor(ino, dir uint64) error {
+	for cur, depth := dir, 0; depth < 4096; depth++ {
+		if cur == ino {
+			return fmt.Errorf("move a directory below itself: %w", ErrInvalid)
+		}
+		if cur == RootIno {
+			return nil
+		}
+		parent, ok := v.parentOf(cur)
+		if !ok {
+			return nil
+		}
+		cur = parent
+	}
+	return nil
+}
+
+// parentOf finds the loaded directory that names dir.
+func (v *View) parentOf(dir uint64) (uint64, bool) {
+	for pino, d := range v.dirs {
+		for _, e := range d.entries {
+			if e.Ino == dir && e.Type == syscall.S_IFDIR {
+				return pino, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// SetAttr changes mode, owner, size or times of ino.
+func (v *View) SetAttr(ino uint64, in SetAttrIn) (Attr, error) {
+	if in.Size != nil {
+		v.ioMu.Lock()
+		defer v.ioMu.Unlock()
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.checkWritable(); err != nil {
+		return Attr{}, err
+	}
+	st, err := v.getInode(ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	if in.Size != nil {
+		if st.rec.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			if st.rec.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				return Attr{}, ErrIsDir
+			}
+			return Attr{}, fmt.Errorf("truncate a non-regular file: %w", ErrInvalid)
+		}
+		if err := v.truncateLocked(st, *in.Size); err != nil {
+			return Attr{}, err
+		}
+	}
+	v.copyUp(st)
+	if in.Mode != nil {
+		st.rec.Mode = st.rec.Mode&syscall.S_IFMT | *in.Mode&07777
+	}
+	if in.UID != nil {
+		st.rec.UID = *in.UID
+	}
+	if in.GID != nil {
+		st.rec.GID = *in.GID
+	}
+	if in.Atime != nil {
+		st.rec.Atime = *in.Atime
+	}
+	if in.Mtime != nil {
+		st.rec.Mtime = *in.Mtime
+	}
+	st.rec.Ctime = now()
+	b := &batch{v: v}
+	b.putRec(st)
+	b.done()
+	return st.attr(), nil
+}
+
+// ---- extended attributes ---------------------------------------------------
+
+func xattrAllowed(name string) bool {
+	return strings.HasPrefix(name, "user.") || strings.HasPrefix(name, "trusted.") || strings.HasPrefix(name, "security.")
+}
+
+// MaxXattrValue is the largest value one extended attribute may have.
+const MaxXattrValue = 64 << 10
+
+func (v *View) xattrsLocked(st *inodeState) (map[string][]byte, error) {
+	if st.rec.XattrsSet {
+		return st.rec.Xattrs, nil
+	}
+	if st.rec.HasOrigin {
+		return v.base.xattrs(st.rec.Origin, st.rec.Mode)
+	}
+	return map[string][]byte{}, nil
+}
+
+// GetXattr returns one extended attribute.
+func (v *View) GetXattr(ino uint64, name string) ([]byte, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st, err := v.getInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if !xattrAllowed(name) {
+		return nil, fmt.Errorf("xattr %q: %w", name, ErrNoAttr)
+	}
+	xs, err := v.xattrsLocked(st)
+	if err != nil {
+		return nil, err
+	}
+	val, ok := xs[name]
+	if !ok {
+		return nil, fmt.Errorf("xattr %q: %w", name, ErrNoAttr)
+	}
+	return append([]byte(nil), val...), nil
+}
+
+// ListXattr lists extended attribute names, sorted.
+func (v *View) ListXattr(ino uint64) ([]string, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st, err := v.getInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	xs, err := v.xattrsLocked(st)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(xs))
+	for k := range xs {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Xattr set flags, as setxattr takes them.
+const (
+	XattrCreate  = 1
+	XattrReplace = 2
+)
+
+// SetXattr sets (val != nil) or removes (val == nil) an extended attribute.
+func (v *View) SetXattr(ino uint64, name string, val []byte, flags uint32) error {
+	if !xattrAllowed(name) {
+		return fmt.Errorf("xattr %q: %w", name, ErrNotSupported)
+	}
+	if len(name) > 255 {
+		return fmt.Errorf("xattr name of %d bytes: %w", len(name), ErrTooLarge)
+	}
+	if len(val) > MaxXattrValue {
+		return fmt.Errorf("xattr value of %d bytes: %w", len(val), ErrTooLarge)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.checkWritable(); err != nil {
+		return err
+	}
+	st, err := v.getInode(ino)
+	if err != nil {
+		return err
+	}
+	xs, err := v.xattrsLocked(st)
+	if err != nil {
+		return err
+	}
+	_, exists := xs[name]
+	switch {
+	case val == nil && !exists:
+		return fmt.Errorf("xattr %q: %w", name, ErrNoAttr)
+	case val != nil && flags&XattrCreate != 0 && exists:
+		return fmt.Errorf("xattr %q: %w", name, ErrExists)
+	case val != nil && flags&XattrReplace != 0 && !exists:
+		return fmt.Errorf("xattr %q: %w", name, ErrNoAttr)
+	}
+	next := make(map[string][]byte, len(xs)+1)
+	for k, x := range xs {
+		next[k] = x
+	}
+	if val == nil {
+		delete(next, name)
+	} else {
+		next[name] = append([]byte(nil), val...)
+	}
+	v.copyUp(st)
+	st.rec.Xattrs = next
+	st.rec.XattrsSet = true
+	touch(st, false)
+	b := &batch{v: v}
+	b.putRec(st)
+	b.done()
+	return nil
+}
+
+// ---- opens -----------------------------------------------------------------
+
+// Open notes that a handle on ino was opened; an unlinked inode keeps its
+// data until the last handle is released.
+func (v *View) Open(ino uint64) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, err := v.getInode(ino); err != nil {
+		return err
+	}
+	v.opens[ino]++
+	return nil
+}
+
+// Release is the counterpart of Open.
+func (v *View) Release(ino uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.opens[ino] <= 1 {
+		delete(v.opens, ino)
+		if st, ok := v.inodes[ino]; ok && st.rec.Nlink == 0 && !v.closed && !v.ro {
+			b := &batch{v: v}
+			v.purge(b, st)
+			b.done()
+		}
+		return
+	}
+	v.opens[ino]--
+}
+
+// StatFS describes the space of the file system that holds the store.
+func (v *View) StatFS() (syscall.Statfs_t, error) {
+	var st syscall.Statfs_t
+	err := syscall.Statfs(v.s.dir, &st)
+	return st, err
+}

@@ -1,0 +1,453 @@
+package layers
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/oklog/ulid/v2"
+)
+
+// DefaultBlockSize is the block size of a new sandbox when none is given.
+// 64 KiB: a 4 KiB write into a large base file copies up at most 64 KiB, and
+// one block is one FUSE write at the kernel's default max_write, so a
+// sequential writer fills whole blocks without read-modify-write. See
+// docs/design.md for the measurement.
+const DefaultBlockSize = 64 << 10
+
+// MinBlockSize and MaxBlockSize bound a sandbox's block size; it must be a
+// power of two between them, so that per-page checksums tile a block.
+const (
+	MinBlockSize = 4 << 10
+	MaxBlockSize = 4 << 20
+	pageSize     = 4 << 10
+)
+
+// Layer states.
+const (
+	StateActive   = "active"
+	StateFrozen   = "frozen"
+	StateArchived = "archived"
+)
+
+// SandboxInfo describes one sandbox: where it starts from and which layer
+// is on top of its stack (its head).
+type SandboxInfo struct {
+	Name      string    `json:"name"`
+	Base      string    `json:"base"`
+	BlockSize int       `json:"block_size"`
+	Head      string    `json:"head"`
+	Created   time.Time `json:"created"`
+}
+
+// LayerInfo describes one layer: the sandbox that created it, the layer
+// below it ("" for the base) and whether it is still written.
+type LayerInfo struct {
+	ID      string    `json:"id"`
+	Sandbox string    `json:"sandbox"`
+	Parent  string    `json:"parent"`
+	State   string    `json:"state"`
+	Created time.Time `json:"created"`
+}
+
+// Store is one directory holding the metadata of every sandbox (badger, in
+// meta/), the block data of every layer (data/) and the control sockets
+// (run/). Exactly one process opens a store at a time; it holds an flock on
+// the store's lock file for as long as it is open.
+type Store struct {
+	dir   string
+	db    *badger.DB
+	lockf *os.File
+	seq   *badger.Sequence
+
+	mu     sync.Mutex // protects views and closed
+	views  map[string]*View
+	closed bool
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// ValidName reports whether s may name a sandbox.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// Open opens the store in dir, creating it if needed. It fails with
+// ErrLocked when another process has the store open.
+func Open(dir string) (*Store, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", dir, err)
+	}
+	for _, d := range []string{abs, filepath.Join(abs, "meta"), filepath.Join(abs, "data"), filepath.Join(abs, "run")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("store %s: %w", abs, mapOSErr(err))
+		}
+	}
+	// An existing store keeps its owner-only mode even if created by hand.
+	if err := os.Chmod(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("store %s: %w", abs, err)
+	}
+	lockf, err := os.OpenFile(filepath.Join(abs, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", abs, mapOSErr(err))
+	}
+	if err := syscall.Flock(int(lockf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lockf.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("store %s: %w", abs, ErrLocked)
+		}
+		return nil, fmt.Errorf("store %s: lock: %w", abs, err)
+	}
+	opts := badger.DefaultOptions(filepath.Join(abs, "meta")).
+		WithLogger(nil).
+		WithSyncWrites(false).
+		WithMemTableSize(32 << 20).
+		WithValueLogFileSize(64 << 20).
+		WithNumVersionsToKeep(1).
+		WithBlockCacheSize(32 << 20).
+		WithIndexCacheSize(16 << 20).
+		WithValueThreshold(1 << 10)
+	db, err := badger.Open(opts)
+	if err != nil {
+		lockf.Close()
+		return nil, fmt.Errorf("store %s: open metadata: %w", abs, mapOSErr(err))
+	}
+	seq, err := db.GetSequence([]byte("q/ino"), 1024)
+	if err != nil {
+		db.Close()
+		lockf.Close()
+		return nil, fmt.Errorf("store %s: inode sequence: %w", abs, err)
+	}
+	return &Store{dir: abs, db: db, lockf: lockf, seq: seq, views: map[string]*View{}}, nil
+}
+
+// Dir is the store's absolute directory.
+func (s *Store) Dir() string { return s.dir }
+
+// RunDir is the directory for the store's control sockets (mode 0700).
+func (s *Store) RunDir() string { return filepath.Join(s.dir, "run") }
+
+// Close closes every open view, then the metadata store, then releases the lock.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	views := make([]*View, 0, len(s.views))
+	for _, v := range s.views {
+		views = append(views, v)
+	}
+	s.mu.Unlock()
+	var first error
+	for _, v := range views {
+		if err := v.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	if err := s.seq.Release(); err != nil && first == nil {
+		first = err
+	}
+	if err := s.db.Close(); err != nil && first == nil {
+		first = err
+	}
+	s.lockf.Close()
+	return first
+}
+
+// update runs fn in one read-write transaction, retrying on conflict. The
+// transaction is always discarded, so fn must not keep it.
+func (s *Store) update(fn func(txn *badger.Txn) error) error {
+	for attempt := 0; ; attempt++ {
+		txn := s.db.NewTransaction(true)
+		err := fn(txn)
+		if err == nil {
+			err = txn.Commit()
+		}
+		txn.Discard()
+		if errors.Is(err, badger.ErrConflict) && attempt < 10 {
+			continue
+		}
+		return mapOSErr(err)
+	}
+}
+
+// view runs fn in one read-only transaction.
+func (s *Store) view(fn func(txn *badger.Txn) error) error {
+	return s.db.View(fn)
+}
+
+// Sync makes every committed metadata change durable.
+func (s *Store) Sync() error { return mapOSErr(s.db.Sync()) }
+
+// Update runs fn in one read-write transaction of the store's metadata; the
+// packages built on layers (checkpoints, plans) keep their own tables
+// through it, under keys beginning with "x/".
+func (s *Store) Update(fn func(tx *Txn) error) error {
+	return s.update(func(txn *badger.Txn) error { return fn(&Txn{txn: txn, s: s}) })
+}
+
+// View runs fn in one read-only transaction of the store's metadata.
+func (s *Store) View(fn func(tx *Txn) error) error {
+	return s.view(func(txn *badger.Txn) error { return fn(&Txn{txn: txn, s: s}) })
+}
+
+// NewID returns a new ULID, the id format of layers, checkpoints and plans.
+func NewID() string {
+	return ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String()
+}
+
+func (s *Store) nextIno() (uint64, error) {
+	n, err := s.seq.Next()
+	if err != nil {
+		return 0, fmt.Errorf("allocate inode: %w", err)
+	}
+	// Upper inodes live above every number a host file system hands out, so
+	// they never collide with base inode numbers.
+	return upperInoBase + n, nil
+}
+
+const upperInoBase = 1 << 62
+
+func getJSON(txn *badger.Txn, key []byte, v any) error {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	return item.Value(func(b []byte) error {
+		if err := json.Unmarshal(b, v); err != nil {
+			return fmt.Errorf("%s: %v: %w", key, err, ErrCorrupt)
+		}
+		return nil
+	})
+}
+
+func putJSON(txn *badger.Txn, key []byte, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return txn.Set(key, b)
+}
+
+// CreateSandbox records a new sandbox over the host directory base with an
+// empty active layer. base must be an existing directory outside the store.
+func (s *Store) CreateSandbox(name, base string, blockSize int) (SandboxInfo, error) {
+	if !ValidName(name) {
+		return SandboxInfo{}, fmt.Errorf("sandbox name %q: want 1-64 letters, digits, '.', '_' or '-': %w", name, ErrInvalid)
+	}
+	if blockSize == 0 {
+		blockSize = DefaultBlockSize
+	}
+	if blockSize < MinBlockSize || blockSize > MaxBlockSize || blockSize&(blockSize-1) != 0 {
+		return SandboxInfo{}, fmt.Errorf("block size %d: want a power of two from %d to %d: %w", blockSize, MinBlockSize, MaxBlockSize, ErrInvalid)
+	}
+	abs, err := filepath.Abs(base)
+	if err != nil {
+		return SandboxInfo{}, fmt.Errorf("base %s: %w", base, err)
+	}
+	// The base is named by the user, so resolving its own symlinks is fine;
+	// links inside it are never followed.
+	abs, err = filepath.EvalSymlinks(abs)
+	if err != nil {
+		return SandboxInfo{}, fmt.Errorf("base %s: %w", base, mapOSErr(err))
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return SandboxInfo{}, fmt.Errorf("base %s: %w", base, mapOSErr(err))
+	}
+	if !st.IsDir() {
+		return SandboxInfo{}, fmt.Errorf("base %s: %w", base, ErrNotDir)
+	}
+	if rel, err := filepath.Rel(s.dir, abs); err == nil && (rel == "." || !filepath.IsAbs(rel) && len(rel) >= 2 && rel[:2] != "..") {
+		return SandboxInfo{}, fmt.Errorf("base %s is inside the store: %w", base, ErrInvalid)
+	}
+	if rel, err := filepath.Rel(abs, s.dir); err == nil && rel != ".." && (len(rel) < 3 || rel[:3] != "../") {
+		return SandboxInfo{}, fmt.Errorf("base %s contains the store: %w", base, ErrInvalid)
+	}
+	now := time.Now().UTC()
+	info := SandboxInfo{Name: name, Base: abs, BlockSize: blockSize, Head: NewID(), Created: now}
+	layer := LayerInfo{ID: info.Head, Sandbox: name, State: StateActive, Created: now}
+	err = s.update(func(txn *badger.Txn) error {
+		var old SandboxInfo
+		if err := getJSON(txn, keySandbox(name), &old); err == nil {
+			return fmt.Errorf("sandbox %s: %w", name, ErrExists)
+		} else if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if err := putJSON(txn, keySandbox(name), info); err != nil {
+			return err
+		}
+		return putJSON(txn, keyLayer(layer.ID), layer)
+	})
+	if err != nil {
+		return SandboxInfo{}, err
+	}
+	return info, nil
+}
+
+// Sandbox returns the named sandbox.
+func (s *Store) Sandbox(name string) (SandboxInfo, error) {
+	var info SandboxInfo
+	err := s.view(func(txn *badger.Txn) error { return getJSON(txn, keySandbox(name), &info) })
+	if err != nil {
+		return SandboxInfo{}, fmt.Errorf("sandbox %s: %w", name, err)
+	}
+	return info, nil
+}
+
+// Sandboxes lists every sandbox, sorted by name.
+func (s *Store) Sandboxes() ([]SandboxInfo, error) {
+	var out []SandboxInfo
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var info SandboxInfo
+			if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, &info) }); err != nil {
+				return fmt.Errorf("%s: %v: %w", it.Item().Key(), err, ErrCorrupt)
+			}
+			out = append(out, info)
+		}
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, err
+}
+
+// Layer returns the layer with the given id.
+func (s *Store) Layer(id string) (LayerInfo, error) {
+	var l LayerInfo
+	err := s.view(func(txn *badger.Txn) error { return getJSON(txn, keyLayer(id), &l) })
+	if err != nil {
+		return LayerInfo{}, fmt.Errorf("layer %s: %w", id, err)
+	}
+	return l, nil
+}
+
+// Stack returns the layer ids of a sandbox's stack, top (active) first.
+func (s *Store) Stack(name string) ([]string, error) {
+	var stack []string
+	err := s.view(func(txn *badger.Txn) error {
+		var err error
+		stack, err = stackOf(txn, name)
+		return err
+	})
+	return stack, err
+}
+
+func stackOf(txn *badger.Txn, name string) ([]string, error) {
+	var info SandboxInfo
+	if err := getJSON(txn, keySandbox(name), &info); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", name, err)
+	}
+	return chainOf(txn, info.Head)
+}
+
+func chainOf(txn *badger.Txn, top string) ([]string, error) {
+	var stack []string
+	seen := map[string]bool{}
+	for id := top; id != ""; {
+		if seen[id] {
+			return nil, fmt.Errorf("layer %s: parent cycle: %w", id, ErrCorrupt)
+		}
+		seen[id] = true
+		var l LayerInfo
+		if err := getJSON(txn, keyLayer(id), &l); err != nil {
+			return nil, fmt.Errorf("layer %s: %w", id, err)
+		}
+		stack = append(stack, id)
+		id = l.Parent
+	}
+	return stack, nil
+}
+
+// RemoveSandbox deletes a sandbox's record and the layers only it uses.
+// It fails with ErrMounted while the sandbox has a live view.
+func (s *Store) RemoveSandbox(name string) error {
+	s.mu.Lock()
+	if _, ok := s.views[name]; ok {
+		s.mu.Unlock()
+		return fmt.Errorf("sandbox %s: %w", name, ErrMounted)
+	}
+	s.mu.Unlock()
+	var dropped []string
+	err := s.update(func(txn *badger.Txn) error {
+		stack, err := stackOf(txn, name)
+		if err != nil {
+			return err
+		}
+		if err := txn.Delete(keySandbox(name)); err != nil {
+			return err
+		}
+		for _, id := range stack {
+			var l LayerInfo
+			if err := getJSON(txn, keyLayer(id), &l); err != nil {
+				return err
+			}
+			if l.Sandbox != name {
+				continue // shared with the sandbox it was forked from
+			}
+			if err := txn.Delete(keyLayer(id)); err != nil {
+				return err
+			}
+			dropped = append(dropped, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// The layers' tables and data files are removed after the commit, so a
+	// crash leaves only unreferenced garbage, never a dangling reference.
+	for _, id := range dropped {
+		if err := s.dropLayerData(id); err != nil {
+			return fmt.Errorf("sandbox %s: remove layer %s: %w", name, id, err)
+		}
+	}
+	return nil
+}
+
+// dropLayerData deletes every key of a layer's tables and its data file.
+func (s *Store) dropLayerData(id string) error {
+	for _, t := range []byte{tInode, tEntry, tBlock} {
+		if err := s.db.DropPrefix(prefixLayerTable(t, id)); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(s.dataPath(id)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+func (s *Store) dataPath(layer string) string { return filepath.Join(s.dir, "data", layer) }
+
+// mapOSErr turns the errors of the host into this package's sentinels where
+// callers need to tell them apart.
+func mapOSErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
+}

@@ -1,0 +1,76 @@
+package layers
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Txn is one metadata transaction handed to Store.Update and Store.View. It
+// gives the packages above layers a place for their own tables (keys under
+// "x/") in the same transaction that moves a sandbox's head, which is what
+// makes a rollback atomic.
+type Txn struct {
+	txn *badger.Txn
+	s   *Store
+}
+
+func checkExtKey(key string) error {
+	if !strings.HasPrefix(key, "x/") {
+		return fmt.Errorf("key %q outside the x/ tables: %w", key, ErrInvalid)
+	}
+	return nil
+}
+
+// Get returns the value stored under key, or ErrNotFound.
+func (t *Txn) Get(key string) ([]byte, error) {
+	if err := checkExtKey(key); err != nil {
+		return nil, err
+	}
+	item, err := t.txn.Get([]byte(key))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return item.ValueCopy(nil)
+}
+
+// Set stores val under key.
+func (t *Txn) Set(key string, val []byte) error {
+	if err := checkExtKey(key); err != nil {
+		return err
+	}
+	return t.txn.Set([]byte(key), val)
+}
+
+// Delete removes key; deleting a missing key is not an error.
+func (t *Txn) Delete(key string) error {
+	if err := checkExtKey(key); err != nil {
+		return err
+	}
+	return t.txn.Delete([]byte(key))
+}
+
+// Scan calls fn for every key under prefix, in key order, with a copy of
+// its value. fn's error stops the scan and is returned.
+func (t *Txn) Scan(prefix string, fn func(key string, val []byte) error) error {
+	if err := checkExtKey(prefix); err != nil {
+		return err
+	}
+	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true, PrefetchSize: 64})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		v, err := it.Item().ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		if err := fn(string(it.Item().Key()), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,723 @@
+package layers
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"os"
+	"path"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
+)
+
+// RootIno is the inode number of a sandbox's root directory.
+const RootIno = 1
+
+// Attr is what stat shows for one inode of the merged view.
+type Attr struct {
+	Ino                 uint64
+	Mode                uint32
+	Nlink               uint32
+	UID, GID            uint32
+	Rdev                uint64
+	Size                int64
+	Blocks              int64 // 512-byte units
+	Atime, Mtime, Ctime int64 // nanoseconds
+}
+
+// IsDir reports whether the attributes are a directory's.
+func (a Attr) IsDir() bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
+
+// DirEntry is one name in a merged directory listing.
+type DirEntry struct {
+	Name string
+	Ino  uint64
+	Mode uint32 // S_IF* type bits
+}
+
+// Caller is who asks for a new inode: it becomes the owner.
+type Caller struct{ UID, GID uint32 }
+
+// SetAttrIn says which attributes SetAttr changes; nil fields stay.
+type SetAttrIn struct {
+	Mode         *uint32
+	UID, GID     *uint32
+	Size         *int64
+	Atime, Mtime *int64 // nanoseconds
+}
+
+// Rename flags, as renameat2 takes them.
+const (
+	RenameNoReplace = 1 << 0
+	RenameExchange  = 1 << 1
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// inodeState is the merged, in-memory truth about one inode while a view
+// is open: its record, where its blocks are, and what is not yet stored.
+type inodeState struct {
+	ino      uint64
+	rec      *Inode
+	inActive bool // rec belongs to (is stored in) the active layer
+
+	blocksLoaded bool
+	active       map[uint64]*blockRef // blocks written in the active layer
+	frozen       map[uint64]frozenRef // visible blocks of the frozen layers
+	baseLimit    int64                // base data shows only below this offset
+
+	dirtyRec    bool
+	dirtyBlocks map[uint64]struct{}
+	baseFile    *os.File
+}
+
+type frozenRef struct {
+	layer string
+	ref   blockRef
+}
+
+// dirState is the merged listing of one directory.
+type dirState struct {
+	entries map[string]entry // visible names
+	below   map[string]bool  // names visible in the frozen layers or the base
+}
+
+type kv struct {
+	key, val []byte
+	del      bool
+}
+
+// View is the live, merged state of one sandbox: the active layer over its
+// frozen layers over the base. Every file operation of a mount goes through
+// it. It is safe for concurrent use.
+//
+// The view keeps what it has read in memory and is the authority while it
+// is open; changes reach badger through an ordered journal, committed in the
+// background a few milliseconds later, so that a crash leaves a prefix of
+// the operations. Sync (fsync) waits for the journal and makes it durable.
+type View struct {
+	s    *Store
+	info SandboxInfo
+	ro   bool
+	bs   int64
+	base *baseDir
+
+	// ioMu: data writes hold it shared while they copy into slots; sealing
+	// and truncation hold it exclusively so no write lands in a block while
+	// its checksums are computed. Lock order: ioMu, then mu, then jmu.
+	ioMu sync.RWMutex
+
+	// mu protects every field below it.
+	mu       sync.Mutex
+	stack    []string // layer ids, active first
+	epoch    uint64
+	inodes   map[uint64]*inodeState
+	dirs     map[uint64]*dirState
+	origins  map[uint64]string // base inode number -> base-relative path
+	opens    map[uint64]int
+	dirty    map[uint64]*inodeState
+	files    map[string]*os.File // data file of each layer in the stack
+	nextSlot uint64
+	closed   bool
+
+	cmu     sync.Mutex // serialises journal commits, so they land in order
+	jmu     sync.Mutex // protects pending and jerr
+	pending [][]kv
+	jerr    error
+	kick    chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+// OpenView opens the live view of a sandbox. Only one view per sandbox may
+// be open: a second fails with ErrMounted.
+func (s *Store) OpenView(name string, readOnly bool) (*View, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if _, ok := s.views[name]; ok {
+		return nil, fmt.Errorf("sandbox %s: %w", name, ErrMounted)
+	}
+	var info SandboxInfo
+	var stack []string
+	err := s.view(func(txn *badger.Txn) error {
+		if err := getJSON(txn, keySandbox(name), &info); err != nil {
+			return fmt.Errorf("sandbox %s: %w", name, err)
+		}
+		var err error
+		stack, err = chainOf(txn, info.Head)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	base, err := openBase(info.Base)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", name, err)
+	}
+	v := &View{
+		s: s, info: info, ro: readOnly, bs: int64(info.BlockSize), base: base,
+		origins: map[uint64]string{RootIno: ""},
+		opens:   map[uint64]int{},
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	if err := v.setStackLocked(stack); err != nil {
+		base.close()
+		return nil, err
+	}
+	s.views[name] = v
+	go v.loop()
+	return v, nil
+}
+
+// Info returns the sandbox the view shows.
+func (v *View) Info() SandboxInfo { return v.info }
+
+// BlockSize is the sandbox's block size in bytes.
+func (v *View) BlockSize() int64 { return v.bs }
+
+// ReadOnly reports whether the view refuses changes.
+func (v *View) ReadOnly() bool { return v.ro }
+
+// Epoch counts how often the view's stack was replaced (rollback, restore).
+// File handles remember the epoch they were opened in.
+func (v *View) Epoch() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.epoch
+}
+
+// setStackLocked points the view at a new stack and forgets every cached
+// fact that depended on the old one.
+func (v *View) setStackLocked(stack []string) error {
+	if len(stack) == 0 {
+		return fmt.Errorf("empty stack: %w", ErrCorrupt)
+	}
+	for id, f := range v.files {
+		f.Close()
+		delete(v.files, id)
+	}
+	for _, st := range v.inodes {
+		if st.baseFile != nil {
+			st.baseFile.Close()
+		}
+	}
+	v.stack = stack
+	v.inodes = map[uint64]*inodeState{}
+	v.dirs = map[uint64]*dirState{}
+	v.dirty = map[uint64]*inodeState{}
+	v.files = map[string]*os.File{}
+	flags := os.O_RDWR | os.O_CREATE
+	if v.ro {
+		flags = os.O_RDONLY
+	}
+	f, err := os.OpenFile(v.s.dataPath(stack[0]), flags, 0o600)
+	if err != nil && !(v.ro && os.IsNotExist(err)) {
+		return fmt.Errorf("layer %s data: %w", stack[0], mapOSErr(err))
+	}
+	v.nextSlot = 0
+	if f != nil {
+		v.files[stack[0]] = f
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		v.nextSlot = uint64((fi.Size() + v.bs - 1) / v.bs)
+	}
+	return nil
+}
+
+func (v *View) activeLayer() string { return v.stack[0] }
+
+// Close flushes everything to the store and releases the view.
+func (v *View) Close() error {
+	v.mu.Lock()
+	if v.closed {
+		v.mu.Unlock()
+		return nil
+	}
+	v.mu.Unlock()
+	err := v.Sync()
+	close(v.stop)
+	<-v.stopped
+	v.mu.Lock()
+	v.closed = true
+	for _, f := range v.files {
+		f.Close()
+	}
+	for _, st := range v.inodes {
+		if st.baseFile != nil {
+			st.baseFile.Close()
+		}
+	}
+	v.mu.Unlock()
+	v.base.close()
+	v.s.mu.Lock()
+	delete(v.s.views, v.info.Name)
+	v.s.mu.Unlock()
+	return err
+}
+
+func (v *View) loop() {
+	defer close(v.stopped)
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-v.stop:
+			return
+		case <-v.kick:
+			_ = v.commit()
+		case <-t.C:
+			// Bound how much written data a crash of this process can lose.
+			v.ioMu.Lock()
+			v.mu.Lock()
+			if !v.closed {
+				_ = v.sealLocked()
+			}
+			v.mu.Unlock()
+			v.ioMu.Unlock()
+			_ = v.commit()
+		}
+	}
+}
+
+// queue appends one operation's changes to the journal; called under mu so
+// the journal's order is the order of the operations.
+func (v *View) queue(op []kv) {
+	if len(op) == 0 {
+		return
+	}
+	v.jmu.Lock()
+	v.pending = append(v.pending, op)
+	v.jmu.Unlock()
+	select {
+	case v.kick <- struct{}{}:
+	default:
+	}
+}
+
+// commit writes the journal to badger, several operations per transaction
+// but never splitting one.
+func (v *View) commit() error {
+	v.cmu.Lock()
+	defer v.cmu.Unlock()
+	v.jmu.Lock()
+	ops := v.pending
+	v.pending = nil
+	v.jmu.Unlock()
+	apply := func(txn *badger.Txn, op []kv) error {
+		for _, e := range op {
+			var err error
+			if e.del {
+				err = txn.Delete(e.key)
+			} else {
+				err = txn.Set(e.key, e.val)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i := 0; i < len(ops); {
+		txn := v.s.db.NewTransaction(true)
+		j := i
+		var err error
+		for ; j < len(ops); j++ {
+			if err = apply(txn, ops[j]); err != nil {
+				break
+			}
+		}
+		if errors.Is(err, badger.ErrTxnTooBig) && j > i {
+			txn.Discard()
+			txn = v.s.db.NewTransaction(true)
+			err = nil
+			for k := i; k < j && err == nil; k++ {
+				err = apply(txn, ops[k])
+			}
+		}
+		if err == nil {
+			err = txn.Commit()
+		}
+		txn.Discard()
+		if err != nil {
+			err = mapOSErr(err)
+			v.jmu.Lock()
+			v.pending = append(append([][]kv(nil), ops[i:]...), v.pending...)
+			v.jerr = err
+			v.jmu.Unlock()
+			return fmt.Errorf("commit journal: %w", err)
+		}
+		i = j
+	}
+	v.jmu.Lock()
+	if len(v.pending) == 0 {
+		v.jerr = nil
+	}
+	v.jmu.Unlock()
+	return nil
+}
+
+// Sync seals every written block, makes the data durable, commits the
+// journal and syncs the metadata store. After it returns, a crash of any
+// kind keeps what was written before.
+func (v *View) Sync() error {
+	if v.ro {
+		return nil
+	}
+	v.ioMu.Lock()
+	v.mu.Lock()
+	if v.closed {
+		v.mu.Unlock()
+		v.ioMu.Unlock()
+		return ErrClosed
+	}
+	err := v.sealLocked()
+	f := v.files[v.activeLayer()]
+	v.mu.Unlock()
+	v.ioMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if f != nil {
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return fmt.Errorf("sync data: %w", mapOSErr(err))
+		}
+	}
+	if err := v.commit(); err != nil {
+		return err
+	}
+	return v.s.Sync()
+}
+
+// sealLocked computes the checksums of every written block and queues the
+// block map and records of every dirty inode. A sealed block is never
+// written in place again: the next write copies it to a new slot, so a
+// crash cannot leave a block whose data disagrees with its checksums.
+func (v *View) sealLocked() error {
+	if v.ro || len(v.dirty) == 0 {
+		return nil
+	}
+	act := v.activeLayer()
+	f := v.files[act]
+	buf := make([]byte, v.bs)
+	ids := make([]uint64, 0, len(v.dirty))
+	for ino := range v.dirty {
+		ids = append(ids, ino)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, ino := range ids {
+		st := v.dirty[ino]
+		var op []kv
+		blks := make([]uint64, 0, len(st.dirtyBlocks))
+		for b := range st.dirtyBlocks {
+			blks = append(blks, b)
+		}
+		sort.Slice(blks, func(i, j int) bool { return blks[i] < blks[j] })
+		for _, b := range blks {
+			ref, ok := st.active[b]
+			if !ok {
+				op = append(op, kv{key: keyBlock(act, ino, b), del: true})
+				continue
+			}
+			if !ref.sealed() {
+				if err := readFull(f, buf, int64(ref.Slot)*v.bs); err != nil {
+					return fmt.Errorf("seal inode %d block %d: %w", ino, b, err)
+				}
+				ref.CRCs = pageCRCs(buf)
+			}
+			op = append(op, kv{key: keyBlock(act, ino, b), val: encodeBlockRef(*ref)})
+		}
+		if st.dirtyRec && st.inActive {
+			op = append(op, kv{key: keyInode(act, ino), val: encodeInode(st.rec)})
+		}
+		st.dirtyRec = false
+		st.dirtyBlocks = nil
+		v.queue(op)
+	}
+	v.dirty = map[uint64]*inodeState{}
+	return nil
+}
+
+func pageCRCs(block []byte) []uint32 {
+	crcs := make([]uint32, len(block)/pageSize)
+	for i := range crcs {
+		crcs[i] = crc32.Checksum(block[i*pageSize:(i+1)*pageSize], castagnoli)
+	}
+	return crcs
+}
+
+// readFull reads len(buf) bytes at off; past the end of the file it reads zeros.
+func readFull(f *os.File, buf []byte, off int64) error {
+	n, err := f.ReadAt(buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return mapOSErr(err)
+	}
+	clear(buf[n:])
+	return nil
+}
+
+func (v *View) checkWritable() error {
+	if v.ro {
+		return ErrReadOnly
+	}
+	if v.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// ---- loading ---------------------------------------------------------------
+
+func (v *View) getInode(ino uint64) (*inodeState, error) {
+	if v.closed {
+		return nil, ErrClosed
+	}
+	if st, ok := v.inodes[ino]; ok {
+		return st, nil
+	}
+	var rec *Inode
+	inActive := false
+	err := v.s.view(func(txn *badger.Txn) error {
+		for i, l := range v.stack {
+			item, err := txn.Get(keyInode(l, ino))
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			err = item.Value(func(b []byte) error {
+				var err error
+				rec, err = decodeInode(b)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("inode %d in layer %s: %w", ino, l, err)
+			}
+			inActive = i == 0
+			return nil
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		origin, ok := v.origins[ino]
+		if !ok {
+			return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
+		}
+		rec, err = v.baseRec(origin)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if !inActive {
+		rec = rec.clone()
+		rec.Floor = -1
+	}
+	st := &inodeState{ino: ino, rec: rec, inActive: inActive}
+	v.inodes[ino] = st
+	return st, nil
+}
+
+// baseRec builds the record of an untouched base file.
+func (v *View) baseRec(origin string) (*Inode, error) {
+	st, err := v.base.lstat(origin)
+	if err != nil {
+		return nil, mapOSErr(err)
+	}
+	rec := &Inode{
+		Mode: st.Mode, UID: st.Uid, GID: st.Gid, Nlink: uint32(st.Nlink), Rdev: st.Rdev,
+		Size:  st.Size,
+		Atime: st.Atim.Nano(), Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(),
+		Origin: origin, HasOrigin: true, Floor: -1,
+	}
+	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		rec.Target, err = v.base.readlink(origin)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return rec, nil
+}
+
+func (v *View) getDir(ino uint64) (*dirState, *inodeState, error) {
+	st, err := v.getInode(ino)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.rec.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return nil, nil, fmt.Errorf("inode %d: %w", ino, ErrNotDir)
+	}
+	if d, ok := v.dirs[ino]; ok {
+		return d, st, nil
+	}
+	d := &dirState{entries: map[string]entry{}, below: map[string]bool{}}
+	seenAll := map[string]bool{}
+	seenBelow := map[string]bool{}
+	err = v.s.view(func(txn *badger.Txn) error {
+		for i, l := range v.stack {
+			prefix := prefixEntries(l, ino)
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+			for it.Rewind(); it.Valid(); it.Next() {
+				name := string(it.Item().Key()[len(prefix):])
+				var e entry
+				err := it.Item().Value(func(b []byte) error {
+					var err error
+					e, err = decodeEntry(b)
+					return err
+				})
+				if err != nil {
+					it.Close()
+					return fmt.Errorf("directory %d entry %q: %w", ino, name, err)
+				}
+				if !seenAll[name] {
+					seenAll[name] = true
+					if e.Ino != 0 {
+						d.entries[name] = e
+					}
+				}
+				if i > 0 && !seenBelow[name] {
+					seenBelow[name] = true
+					if e.Ino != 0 {
+						d.below[name] = true
+					}
+				}
+			}
+			it.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.rec.HasOrigin {
+		list, err := v.base.readDir(st.rec.Origin)
+		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
+			return nil, nil, err
+		}
+		for _, be := range list {
+			if !seenBelow[be.name] {
+				d.below[be.name] = true
+			}
+			if !seenAll[be.name] {
+				d.entries[be.name] = entry{Ino: be.ino, Type: be.typ}
+				v.origins[be.ino] = path.Join(st.rec.Origin, be.name)
+			}
+		}
+	}
+	v.dirs[ino] = d
+	return d, st, nil
+}
+
+// ensureBlocks builds the inode's block map once: the blocks of the active
+// layer, then the visible blocks of the frozen layers merged top-down, so a
+// read finds any block with one map lookup instead of a walk down the stack.
+func (v *View) ensureBlocks(st *inodeState) error {
+	if st.blocksLoaded {
+		return nil
+	}
+	active := map[uint64]*blockRef{}
+	frozen := map[uint64]frozenRef{}
+	cut := int64(math.MaxInt64)
+	err := v.s.view(func(txn *badger.Txn) error {
+		for i, l := range v.stack {
+			prefix := prefixBlocks(l, st.ino)
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+			for it.Rewind(); it.Valid(); it.Next() {
+				k := it.Item().Key()
+				if len(k) != len(prefix)+8 {
+					it.Close()
+					return fmt.Errorf("block key %q: %w", k, ErrCorrupt)
+				}
+				blk := beUint64(k[len(prefix):])
+				var ref blockRef
+				err := it.Item().Value(func(b []byte) error {
+					var err error
+					ref, err = decodeBlockRef(b)
+					return err
+				})
+				if err != nil {
+					it.Close()
+					return fmt.Errorf("inode %d block %d in layer %s: %w", st.ino, blk, l, err)
+				}
+				if len(ref.CRCs) != int(v.bs/pageSize) {
+					it.Close()
+					return fmt.Errorf("inode %d block %d in layer %s: %d checksums: %w", st.ino, blk, l, len(ref.CRCs), ErrCorrupt)
+				}
+				if i == 0 {
+					r := ref
+					active[blk] = &r
+				} else if _, ok := frozen[blk]; !ok && int64(blk) < cut/v.bs+boolInt(cut%v.bs != 0) {
+					frozen[blk] = frozenRef{layer: l, ref: ref}
+				}
+			}
+			it.Close()
+			if i == 0 {
+				continue
+			}
+			item, err := txn.Get(keyInode(l, st.ino))
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			var rec *Inode
+			if err := item.Value(func(b []byte) error { rec, err = decodeInode(b); return err }); err != nil {
+				return err
+			}
+			if rec.Floor >= 0 && rec.Floor < cut {
+				cut = rec.Floor
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	st.active = active
+	st.frozen = frozen
+	st.baseLimit = 0
+	if st.rec.HasOrigin {
+		st.baseLimit = cut
+	}
+	st.blocksLoaded = true
+	return nil
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func beUint64(b []byte) uint64 {
+	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
+		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+}
+
+func (st *inodeState) attr() Attr {
+	r := st.rec
+	a := Attr{
+		Ino: st.ino, Mode: r.Mode, Nlink: r.Nlink, UID: r.UID, GID: r.GID, Rdev: r.Rdev,
+		Size: r.Size, Atime: r.Atime, Mtime: r.Mtime, Ctime: r.Ctime,
+	}
+	a.Blocks = (r.Size + 511) / 512
+	return a
+}
