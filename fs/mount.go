@@ -32,11 +32,13 @@ type Mount struct {
 }
 
 // Timeouts of the kernel's caches. Only this process changes the tree, and
-// a repoint invalidates explicitly, so they can be long.
+// a repoint invalidates what the kernel holds, so they can be long.
+// Negative entries are not cached: the kernel does not tell us which ones
+// it holds, so a repoint could not invalidate them, and a failed lookup
+// costs one map access here.
 var (
-	entryTimeout    = 5 * time.Second
-	attrTimeout     = 5 * time.Second
-	negativeTimeout = 5 * time.Second
+	entryTimeout = 5 * time.Second
+	attrTimeout  = 5 * time.Second
 )
 
 // New mounts v at dir and returns once the mount is live. As root it
@@ -66,10 +68,9 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 			MaxReadAhead: 1 << 20,
 			Debug:        o.Debug,
 		},
-		EntryTimeout:    &entryTimeout,
-		AttrTimeout:     &attrTimeout,
-		NegativeTimeout: &negativeTimeout,
-		RootStableAttr:  &gofs.StableAttr{Ino: layers.RootIno},
+		EntryTimeout:   &entryTimeout,
+		AttrTimeout:    &attrTimeout,
+		RootStableAttr: &gofs.StableAttr{Ino: layers.RootIno},
 	}
 	server, err := gofs.Mount(dir, m.root, opts)
 	if err != nil {

@@ -126,6 +126,7 @@ type View struct {
 	files    map[string]*os.File // data file of each layer in the stack
 	nextSlot uint64
 	closed   bool
+	snapshot bool // opened by OpenSnapshot: no journal loop, not registered
 
 	cmu     sync.Mutex // serialises journal commits, so they land in order
 	jmu     sync.Mutex // protects pending and jerr
@@ -249,7 +250,9 @@ func (v *View) Close() error {
 	}
 	v.mu.Unlock()
 	err := v.Sync()
-	close(v.stop)
+	if !v.snapshot {
+		close(v.stop)
+	}
 	<-v.stopped
 	v.mu.Lock()
 	v.closed = true
@@ -263,9 +266,11 @@ func (v *View) Close() error {
 	}
 	v.mu.Unlock()
 	v.base.close()
-	v.s.mu.Lock()
-	delete(v.s.views, v.info.Name)
-	v.s.mu.Unlock()
+	if !v.snapshot {
+		v.s.mu.Lock()
+		delete(v.s.views, v.info.Name)
+		v.s.mu.Unlock()
+	}
 	return err
 }
 

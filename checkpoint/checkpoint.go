@@ -1,0 +1,239 @@
+// Package checkpoint freezes sandboxes into checkpoints, lists and compares
+// them, and rolls a sandbox — mounted or not — back to any of them. The
+// layers a rollback leaves behind go to an archive, from which they can be
+// exported or restored (rolled forward).
+//
+// Every change of a sandbox's head happens in one metadata transaction
+// (layers.Store.Freeze, layers.Store.Repoint) together with the records of
+// this package, so a crash leaves the old state or the new one.
+package checkpoint
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/strata-sandbox/strata/layers"
+)
+
+// Sentinel errors of this package; layers' sentinels pass through too.
+var (
+	// ErrAmbiguous: an id prefix or label matches more than one object.
+	ErrAmbiguous = errors.New("ambiguous id")
+	// ErrOtherSandbox: the checkpoint belongs to another sandbox.
+	ErrOtherSandbox = errors.New("checkpoint belongs to another sandbox")
+)
+
+// Checkpoint is a named, frozen state of a sandbox.
+type Checkpoint struct {
+	ID         string    `json:"id"`
+	Sandbox    string    `json:"sandbox"`
+	Layer      string    `json:"layer"`
+	Label      string    `json:"label"`
+	Created    time.Time `json:"created"`
+	StateHash  string    `json:"state_hash"`
+	Plan       string    `json:"plan"`
+	Step       int       `json:"step"`
+	Decision   string    `json:"decision"`
+	Reason     string    `json:"reason"`
+	SourceTool string    `json:"source_tool"`
+	Phase      string    `json:"phase"`
+	Bytes      int64     `json:"bytes"`
+}
+
+// Options are the metadata a checkpoint carries.
+type Options struct {
+	Label, Reason, Plan, Decision, SourceTool, Phase string
+	Step                                             int
+}
+
+// Invalidator drops the kernel's caches of a sandbox's live mount after its
+// head moved. The fs package implements it; checkpoint does not import fs.
+type Invalidator interface {
+	Invalidate(sandbox string)
+}
+
+// Manager creates checkpoints and rolls sandboxes back in one store.
+type Manager struct {
+	store *layers.Store
+	inval Invalidator
+}
+
+// New returns a Manager for store; inval may be nil when nothing is mounted
+// in this process.
+func New(store *layers.Store, inval Invalidator) *Manager {
+	return &Manager{store: store, inval: inval}
+}
+
+// Store is the store the manager works on.
+func (m *Manager) Store() *layers.Store { return m.store }
+
+func keyCP(id string) string               { return "x/cp/" + id }
+func keyCPIndex(sandbox, id string) string { return "x/cps/" + sandbox + "/" + id }
+func keyLayerCP(layer string) string       { return "x/lcp/" + layer }
+
+// Create freezes the sandbox's active layer as a new checkpoint.
+func (m *Manager) Create(sandbox string, o Options) (Checkpoint, error) {
+	if o.Label != "" {
+		// Labels stand in for ids, so they stay unique within a sandbox.
+		cps, err := m.List(sandbox)
+		if err != nil {
+			return Checkpoint{}, err
+		}
+		if hasLabel(cps, o.Label) {
+			return Checkpoint{}, fmt.Errorf("checkpoint label %q: %w", o.Label, layers.ErrExists)
+		}
+	}
+	cp := Checkpoint{
+		ID: layers.NewID(), Sandbox: sandbox, Label: o.Label, Reason: o.Reason, Plan: o.Plan,
+		Step: o.Step, Decision: o.Decision, SourceTool: o.SourceTool, Phase: o.Phase,
+		Created: time.Now().UTC(),
+	}
+	_, _, err := m.store.Freeze(sandbox, func(tx *layers.Txn, frozen, next string) error {
+		cp.Layer = frozen
+		return putCheckpoint(tx, cp)
+	})
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("checkpoint %s: %w", sandbox, err)
+	}
+	// The state hash and size are derived data: computed after the freeze
+	// from the frozen (immutable) stack and stored with the record.
+	hash, err := m.StateHash(sandbox, cp.Layer)
+	if err != nil {
+		return cp, fmt.Errorf("checkpoint %s: state hash: %w", cp.ID, err)
+	}
+	blocks, _, err := m.store.LayerUsage(cp.Layer)
+	if err != nil {
+		return cp, err
+	}
+	info, err := m.store.Sandbox(sandbox)
+	if err != nil {
+		return cp, err
+	}
+	cp.StateHash = hash
+	cp.Bytes = blocks * int64(info.BlockSize)
+	if err := m.store.Update(func(tx *layers.Txn) error { return putCheckpoint(tx, cp) }); err != nil {
+		return cp, err
+	}
+	return cp, nil
+}
+
+func hasLabel(cps []Checkpoint, label string) bool {
+	for _, c := range cps {
+		if c.Label == label {
+			return true
+		}
+	}
+	return false
+}
+
+func putCheckpoint(tx *layers.Txn, cp Checkpoint) error {
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return err
+	}
+	if err := tx.Set(keyCP(cp.ID), b); err != nil {
+		return err
+	}
+	if err := tx.Set(keyCPIndex(cp.Sandbox, cp.ID), nil); err != nil {
+		return err
+	}
+	return tx.Set(keyLayerCP(cp.Layer), []byte(cp.ID))
+}
+
+func getCheckpoint(tx *layers.Txn, id string) (Checkpoint, error) {
+	var cp Checkpoint
+	b, err := tx.Get(keyCP(id))
+	if err != nil {
+		return cp, fmt.Errorf("checkpoint %s: %w", id, layers.ErrNotFound)
+	}
+	if err := json.Unmarshal(b, &cp); err != nil {
+		return cp, fmt.Errorf("checkpoint %s: %v: %w", id, err, layers.ErrCorrupt)
+	}
+	return cp, nil
+}
+
+// List returns a sandbox's checkpoints, oldest first.
+func (m *Manager) List(sandbox string) ([]Checkpoint, error) {
+	if _, err := m.store.Sandbox(sandbox); err != nil {
+		return nil, err
+	}
+	var out []Checkpoint
+	err := m.store.View(func(tx *layers.Txn) error {
+		prefix := "x/cps/" + sandbox + "/"
+		return tx.Scan(prefix, func(key string, _ []byte) error {
+			cp, err := getCheckpoint(tx, strings.TrimPrefix(key, prefix))
+			if err != nil {
+				return err
+			}
+			out = append(out, cp)
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, err
+}
+
+// Resolve finds a checkpoint by full id, unique id prefix of 6 or more
+// characters, or unique label.
+func (m *Manager) Resolve(ref string) (Checkpoint, error) {
+	var found []Checkpoint
+	err := m.store.View(func(tx *layers.Txn) error {
+		if cp, err := getCheckpoint(tx, strings.ToUpper(ref)); err == nil {
+			found = []Checkpoint{cp}
+			return nil
+		}
+		return tx.Scan("x/cp/", func(key string, val []byte) error {
+			var cp Checkpoint
+			if err := json.Unmarshal(val, &cp); err != nil {
+				return fmt.Errorf("%s: %v: %w", key, err, layers.ErrCorrupt)
+			}
+			if (len(ref) >= 6 && strings.HasPrefix(cp.ID, strings.ToUpper(ref))) || (cp.Label != "" && cp.Label == ref) {
+				found = append(found, cp)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	switch len(found) {
+	case 0:
+		return Checkpoint{}, fmt.Errorf("checkpoint %s: %w", ref, layers.ErrNotFound)
+	case 1:
+		return found[0], nil
+	}
+	return Checkpoint{}, fmt.Errorf("checkpoint %s matches %d checkpoints: %w", ref, len(found), ErrAmbiguous)
+}
+
+// ResolveIn is Resolve restricted to one sandbox (a label may repeat across
+// sandboxes).
+func (m *Manager) ResolveIn(sandbox, ref string) (Checkpoint, error) {
+	cp, err := m.Resolve(ref)
+	if errors.Is(err, ErrAmbiguous) {
+		cps, lerr := m.List(sandbox)
+		if lerr != nil {
+			return Checkpoint{}, lerr
+		}
+		var hits []Checkpoint
+		for _, c := range cps {
+			if c.Label == ref || (len(ref) >= 6 && strings.HasPrefix(c.ID, strings.ToUpper(ref))) {
+				hits = append(hits, c)
+			}
+		}
+		if len(hits) == 1 {
+			return hits[0], nil
+		}
+		return Checkpoint{}, err
+	}
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if cp.Sandbox != sandbox {
+		return Checkpoint{}, fmt.Errorf("checkpoint %s is of sandbox %s, not %s: %w", cp.ID, cp.Sandbox, sandbox, ErrOtherSandbox)
+	}
+	return cp, nil
+}

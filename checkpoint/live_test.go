@@ -1,0 +1,167 @@
+package checkpoint
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/strata-sandbox/strata/fs"
+	"github.com/strata-sandbox/strata/layers"
+)
+
+// mounts is the Invalidator of a test: the live mounts by sandbox.
+type mounts map[string]*fs.Mount
+
+func (ms mounts) Invalidate(sandbox string) {
+	if m, ok := ms[sandbox]; ok {
+		m.Invalidate()
+	}
+}
+
+type liveSandbox struct {
+	t     *testing.T
+	store *layers.Store
+	mgr   *Manager
+	base  string
+	mnt   string
+	ms    mounts
+}
+
+// newLive makes a store, a base filled by fill, a sandbox "s" and mounts it.
+func newLive(t *testing.T, fill func(base string)) *liveSandbox {
+	t.Helper()
+	dir := t.TempDir()
+	l := &liveSandbox{t: t, base: filepath.Join(dir, "base"), mnt: filepath.Join(dir, "mnt"), ms: mounts{}}
+	for _, d := range []string{l.base, l.mnt} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fill != nil {
+		fill(l.base)
+	}
+	st, err := layers.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.store = st
+	l.mgr = New(st, l.ms)
+	t.Cleanup(func() {
+		l.unmount()
+		st.Close()
+	})
+	if _, err := st.CreateSandbox("s", l.base, 0); err != nil {
+		t.Fatal(err)
+	}
+	l.mount()
+	return l
+}
+
+func (l *liveSandbox) mount() {
+	l.t.Helper()
+	v, err := l.store.OpenView("s", false)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	m, err := fs.New(l.mnt, v, fs.Options{})
+	if err != nil {
+		v.Close()
+		l.t.Fatal(err)
+	}
+	l.ms["s"] = m
+}
+
+func (l *liveSandbox) unmount() {
+	m, ok := l.ms["s"]
+	if !ok {
+		return
+	}
+	delete(l.ms, "s")
+	if err := m.Unmount(); err != nil {
+		l.t.Error(err)
+	}
+	if err := m.View().Close(); err != nil {
+		l.t.Error(err)
+	}
+}
+
+func (l *liveSandbox) write(rel, content string) {
+	l.t.Helper()
+	p := filepath.Join(l.mnt, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		l.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+func (l *liveSandbox) read(rel string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(l.mnt, rel))
+	if os.IsNotExist(err) {
+		return "", false
+	}
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return string(b), true
+}
+
+func TestRollbackLiveToMiddleCheckpoint(t *testing.T) {
+	l := newLive(t, func(base string) {
+		os.WriteFile(filepath.Join(base, "a.txt"), []byte("base"), 0o644)
+	})
+	l.write("a.txt", "one")
+	cp1, err := l.mgr.Create("s", Options{Label: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.write("a.txt", "two")
+	l.write("b.txt", "b")
+	if _, err := l.mgr.Create("s", Options{Label: "second"}); err != nil {
+		t.Fatal(err)
+	}
+	l.write("a.txt", "three")
+	os.Remove(filepath.Join(l.mnt, "b.txt"))
+	l.write("c/d.txt", "d")
+	// Read everything once so the kernel caches it.
+	l.read("a.txt")
+	l.read("c/d.txt")
+
+	res, err := l.mgr.Rollback("s", cp1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := l.read("a.txt"); got != "one" {
+		t.Errorf("a.txt after rollback: got %q, want %q", got, "one")
+	}
+	if _, ok := l.read("b.txt"); ok {
+		t.Errorf("b.txt exists after rollback to first")
+	}
+	if _, ok := l.read("c/d.txt"); ok {
+		t.Errorf("c/d.txt exists after rollback to first")
+	}
+	if len(res.ChangedPaths) == 0 || res.Archive == "" {
+		t.Errorf("rollback result %+v: want changed paths and an archive", res)
+	}
+	// Roll forward again: the state before the rollback comes back.
+	if _, err := l.mgr.Restore(res.Archive); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := l.read("a.txt"); got != "three" {
+		t.Errorf("a.txt after restore: got %q, want %q", got, "three")
+	}
+	if got, _ := l.read("c/d.txt"); got != "d" {
+		t.Errorf("c/d.txt after restore: got %q, want %q", got, "d")
+	}
+	vr, err := l.mgr.Verify("first")
+	if err != nil || !vr.OK {
+		t.Errorf("verify first: %+v, %v", vr, err)
+	}
+	// Everything survives a remount.
+	l.unmount()
+	l.mount()
+	if got, _ := l.read("a.txt"); got != "three" {
+		t.Errorf("a.txt after remount: got %q, want %q", got, "three")
+	}
+}

@@ -1,0 +1,349 @@
+package checkpoint
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/strata-sandbox/strata/layers"
+)
+
+// Archive records the layers one rollback (or restore) took off a sandbox's
+// stack. Top is the state the sandbox had just before: restoring the
+// archive puts it back.
+type Archive struct {
+	ID             string    `json:"id"`
+	Sandbox        string    `json:"sandbox"`
+	Created        time.Time `json:"created"`
+	FromCheckpoint string    `json:"from_checkpoint"`
+	ToCheckpoint   string    `json:"to_checkpoint"`
+	Layers         []string  `json:"layers"`
+	Bytes          int64     `json:"bytes"`
+	Top            string    `json:"top"`
+	Restored       bool      `json:"restored"`
+}
+
+func keyArchive(id string) string               { return "x/ar/" + id }
+func keyArchiveIndex(sandbox, id string) string { return "x/ars/" + sandbox + "/" + id }
+
+// RollbackResult is what a rollback reports.
+type RollbackResult struct {
+	Sandbox       string   `json:"sandbox"`
+	Checkpoint    string   `json:"checkpoint"`
+	Archive       string   `json:"archive"`
+	RestoredFiles int      `json:"restored_files"`
+	ChangedPaths  []string `json:"changed_paths"`
+	Millis        float64  `json:"millis"`
+}
+
+// Rollback points sandbox at checkpoint ref (any of its checkpoints, not
+// only the last), archiving the layers above it. A mounted sandbox switches
+// at once; the kernel's caches are dropped before Rollback returns.
+func (m *Manager) Rollback(sandbox, ref string) (RollbackResult, error) {
+	cp, err := m.ResolveIn(sandbox, ref)
+	if err != nil {
+		return RollbackResult{}, fmt.Errorf("rollback %s: %w", sandbox, err)
+	}
+	return m.repoint(sandbox, cp.Layer, cp.ID, "")
+}
+
+// repoint moves sandbox onto parent and records the archive; restoring
+// names the archive it restores.
+func (m *Manager) repoint(sandbox, parent, toCheckpoint, restoring string) (RollbackResult, error) {
+	start := time.Now()
+	ar := Archive{ID: layers.NewID(), Sandbox: sandbox, Created: start.UTC(), ToCheckpoint: toCheckpoint}
+	info, err := m.store.Sandbox(sandbox)
+	if err != nil {
+		return RollbackResult{}, err
+	}
+	_, err = m.store.Repoint(sandbox, parent, func(tx *layers.Txn, left, joined []string, next string) error {
+		ar.Layers = left
+		if len(left) > 0 {
+			ar.Top = left[0]
+		}
+		// The newest checkpoint among the layers left behind is where the
+		// sandbox came from.
+		for _, l := range left {
+			if id, err := tx.Get(keyLayerCP(l)); err == nil {
+				ar.FromCheckpoint = string(id)
+				break
+			}
+		}
+		if restoring != "" {
+			b, err := tx.Get(keyArchive(restoring))
+			if err != nil {
+				return err
+			}
+			var old Archive
+			if err := json.Unmarshal(b, &old); err != nil {
+				return fmt.Errorf("archive %s: %v: %w", restoring, err, layers.ErrCorrupt)
+			}
+			old.Restored = true
+			if err := putArchive(tx, old); err != nil {
+				return err
+			}
+		}
+		return putArchive(tx, ar)
+	})
+	if err != nil {
+		return RollbackResult{}, fmt.Errorf("rollback %s: %w", sandbox, err)
+	}
+	if m.inval != nil {
+		m.inval.Invalidate(sandbox)
+	}
+	millis := float64(time.Since(start).Microseconds()) / 1000
+	res := RollbackResult{Sandbox: sandbox, Checkpoint: toCheckpoint, Archive: ar.ID, Millis: millis, ChangedPaths: []string{}}
+	// What changed is derived after the switch, from immutable layers.
+	if ar.Top != "" {
+		d, err := m.diffLayers(sandbox, ar.Top, parent)
+		if err == nil {
+			res.ChangedPaths = append(append(append(res.ChangedPaths, d.Added...), d.Modified...), d.Deleted...)
+			sort.Strings(res.ChangedPaths)
+			res.RestoredFiles = len(res.ChangedPaths)
+		}
+		var bytes int64
+		for _, l := range ar.Layers {
+			b, _, err := m.store.LayerUsage(l)
+			if err == nil {
+				bytes += b * int64(info.BlockSize)
+			}
+		}
+		ar.Bytes = bytes
+		_ = m.store.Update(func(tx *layers.Txn) error { return putArchive(tx, ar) })
+	}
+	return res, nil
+}
+
+func putArchive(tx *layers.Txn, ar Archive) error {
+	b, err := json.Marshal(ar)
+	if err != nil {
+		return err
+	}
+	if err := tx.Set(keyArchive(ar.ID), b); err != nil {
+		return err
+	}
+	return tx.Set(keyArchiveIndex(ar.Sandbox, ar.ID), nil)
+}
+
+// Archives lists a sandbox's archives, oldest first.
+func (m *Manager) Archives(sandbox string) ([]Archive, error) {
+	if _, err := m.store.Sandbox(sandbox); err != nil {
+		return nil, err
+	}
+	var out []Archive
+	err := m.store.View(func(tx *layers.Txn) error {
+		prefix := "x/ars/" + sandbox + "/"
+		return tx.Scan(prefix, func(key string, _ []byte) error {
+			ar, err := getArchive(tx, strings.TrimPrefix(key, prefix))
+			if err != nil {
+				return err
+			}
+			out = append(out, ar)
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, err
+}
+
+func getArchive(tx *layers.Txn, id string) (Archive, error) {
+	var ar Archive
+	b, err := tx.Get(keyArchive(id))
+	if err != nil {
+		return ar, fmt.Errorf("archive %s: %w", id, layers.ErrNotFound)
+	}
+	if err := json.Unmarshal(b, &ar); err != nil {
+		return ar, fmt.Errorf("archive %s: %v: %w", id, err, layers.ErrCorrupt)
+	}
+	return ar, nil
+}
+
+// ResolveArchive finds an archive by id or unique prefix of 6+ characters.
+func (m *Manager) ResolveArchive(ref string) (Archive, error) {
+	var found []Archive
+	err := m.store.View(func(tx *layers.Txn) error {
+		if ar, err := getArchive(tx, strings.ToUpper(ref)); err == nil {
+			found = []Archive{ar}
+			return nil
+		}
+		if len(ref) < 6 {
+			return nil
+		}
+		return tx.Scan("x/ar/"+strings.ToUpper(ref), func(key string, val []byte) error {
+			var ar Archive
+			if err := json.Unmarshal(val, &ar); err != nil {
+				return fmt.Errorf("%s: %v: %w", key, err, layers.ErrCorrupt)
+			}
+			found = append(found, ar)
+			return nil
+		})
+	})
+	if err != nil {
+		return Archive{}, err
+	}
+	switch len(found) {
+	case 0:
+		return Archive{}, fmt.Errorf("archive %s: %w", ref, layers.ErrNotFound)
+	case 1:
+		return found[0], nil
+	}
+	return Archive{}, fmt.Errorf("archive %s matches %d archives: %w", ref, len(found), ErrAmbiguous)
+}
+
+// Restore rolls the sandbox forward to the state the archive's rollback
+// left; the state it leaves is archived in turn.
+func (m *Manager) Restore(ref string) (RollbackResult, error) {
+	ar, err := m.ResolveArchive(ref)
+	if err != nil {
+		return RollbackResult{}, fmt.Errorf("restore: %w", err)
+	}
+	if ar.Top == "" {
+		return RollbackResult{}, fmt.Errorf("restore %s: archive holds no layers: %w", ar.ID, layers.ErrInvalid)
+	}
+	return m.repoint(ar.Sandbox, ar.Top, ar.FromCheckpoint, ar.ID)
+}
+
+// Export writes the files of the state an archive holds (the sandbox as it
+// was just before the rollback) into dir, which must be empty or missing.
+// Symlinks are written as symlinks; nothing is followed.
+func (m *Manager) Export(ref, dir string) (int, error) {
+	ar, err := m.ResolveArchive(ref)
+	if err != nil {
+		return 0, fmt.Errorf("export: %w", err)
+	}
+	if ar.Top == "" {
+		return 0, fmt.Errorf("export %s: archive holds no layers: %w", ar.ID, layers.ErrInvalid)
+	}
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		return 0, fmt.Errorf("export %s: %s is not empty: %w", ar.ID, dir, layers.ErrExists)
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("export %s: %w", ar.ID, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, fmt.Errorf("export %s: %w", ar.ID, err)
+	}
+	v, err := m.store.OpenSnapshot(ar.Sandbox, ar.Top)
+	if err != nil {
+		return 0, err
+	}
+	defer v.Close()
+	n := 0
+	err = walk(v, func(p string, a layers.Attr) error {
+		dst := filepath.Join(dir, filepath.FromSlash(p))
+		switch a.Mode & syscall.S_IFMT {
+		case syscall.S_IFDIR:
+			return os.Mkdir(dst, os.FileMode(a.Mode&0o777)|0o700)
+		case syscall.S_IFLNK:
+			t, err := v.Readlink(a.Ino)
+			if err != nil {
+				return err
+			}
+			n++
+			return os.Symlink(t, dst)
+		case syscall.S_IFREG:
+			n++
+			return exportFile(v, a, dst)
+		}
+		return nil // fifos, sockets and devices are not exported
+	})
+	if err != nil {
+		return n, fmt.Errorf("export %s: %w", ar.ID, err)
+	}
+	return n, nil
+}
+
+func exportFile(v *layers.View, a layers.Attr, dst string) error {
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(a.Mode&0o777))
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < a.Size; {
+		n, err := v.ReadAt(a.Ino, buf, off)
+		if n > 0 {
+			if _, werr := f.WriteAt(buf[:n], off); werr != nil {
+				f.Close()
+				return werr
+			}
+			off += int64(n)
+		}
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	if err := f.Truncate(a.Size); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// diffLayers compares the trees of two frozen or archived stacks.
+func (m *Manager) diffLayers(sandbox, from, to string) (Diff, error) {
+	a, err := m.snapshotOf(sandbox, from)
+	if err != nil {
+		return Diff{}, err
+	}
+	b, err := m.snapshotOf(sandbox, to)
+	if err != nil {
+		return Diff{}, err
+	}
+	return diffStates(a, b), nil
+}
+
+func (m *Manager) snapshotOf(sandbox, layer string) (map[string]fileState, error) {
+	v, err := m.store.OpenSnapshot(sandbox, layer)
+	if err != nil {
+		return nil, err
+	}
+	defer v.Close()
+	return snapshot(v)
+}
+
+// DiffCheckpoints compares checkpoint from with checkpoint to, or with the
+// sandbox's live state when to is "".
+func (m *Manager) DiffCheckpoints(from, to string) (Diff, error) {
+	a, err := m.Resolve(from)
+	if err != nil {
+		return Diff{}, fmt.Errorf("diff: %w", err)
+	}
+	sa, err := m.snapshotOf(a.Sandbox, a.Layer)
+	if err != nil {
+		return Diff{}, err
+	}
+	var sb map[string]fileState
+	if to != "" {
+		b, err := m.ResolveIn(a.Sandbox, to)
+		if err != nil {
+			return Diff{}, fmt.Errorf("diff: %w", err)
+		}
+		if sb, err = m.snapshotOf(b.Sandbox, b.Layer); err != nil {
+			return Diff{}, err
+		}
+	} else if live := m.store.LiveView(a.Sandbox); live != nil {
+		if sb, err = snapshot(live); err != nil {
+			return Diff{}, err
+		}
+	} else {
+		info, err := m.store.Sandbox(a.Sandbox)
+		if err != nil {
+			return Diff{}, err
+		}
+		if sb, err = m.snapshotOf(a.Sandbox, info.Head); err != nil {
+			return Diff{}, err
+		}
+	}
+	return diffStates(sa, sb), nil
+}
+
+func sortStrings(ls ...[]string) {
+	for _, l := range ls {
+		sort.Strings(l)
+	}
+}

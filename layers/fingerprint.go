@@ -1,0 +1,94 @@
+package layers
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"syscall"
+)
+
+// Fingerprint identifies the content of file ino without reading its data:
+// a hash of its size and, block by block, where the block comes from and
+// the checksums stored for it. Base blocks are named by the base file's
+// identity (path, size, modification time), which Strata never changes.
+// Two equal fingerprints mean equal content; the same content stored in
+// another place may fingerprint differently.
+func (v *View) Fingerprint(ino uint64) (string, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st, err := v.getInode(ino)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	var num [8]byte
+	binary.BigEndian.PutUint64(num[:], uint64(st.rec.Size))
+	h.Write(num[:])
+	if st.rec.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		h.Write([]byte(st.rec.Target))
+		return hex.EncodeToString(h.Sum(nil)), nil
+	}
+	if err := v.ensureBlocks(st); err != nil {
+		return "", err
+	}
+	var base syscall.Stat_t
+	baseKnown := false
+	nblk := uint64((st.rec.Size + v.bs - 1) / v.bs)
+	buf := make([]byte, v.bs)
+	for blk := uint64(0); blk < nblk; blk++ {
+		src, err := v.sourceLocked(st, blk)
+		if err != nil {
+			return "", err
+		}
+		binary.BigEndian.PutUint64(num[:], blk)
+		h.Write(num[:])
+		switch src.kind {
+		case srcZero:
+			h.Write([]byte{'z'})
+		case srcBase:
+			if !baseKnown {
+				if err := syscall.Fstat(int(src.f.Fd()), &base); err != nil {
+					return "", fmt.Errorf("inode %d: %w", ino, err)
+				}
+				baseKnown = true
+			}
+			fmt.Fprintf(h, "b%s\x00%d\x00%d", st.rec.Origin, base.Size, base.Mtim.Nano())
+		case srcSlot:
+			crcs := src.crcs
+			if crcs == nil {
+				if err := readFull(src.f, buf, src.off); err != nil {
+					return "", err
+				}
+				crcs = pageCRCs(buf)
+			}
+			h.Write([]byte{'s'})
+			for _, c := range crcs {
+				binary.BigEndian.PutUint32(num[:4], c)
+				h.Write(num[:4])
+			}
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// VerifyData reads every block of file ino and checks it against its
+// checksums; it returns the first ErrCorrupt it meets.
+func (v *View) VerifyData(ino uint64) error {
+	a, err := v.GetAttr(ino)
+	if err != nil {
+		return err
+	}
+	if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return nil
+	}
+	buf := make([]byte, v.bs)
+	for off := int64(0); off < a.Size; off += v.bs {
+		if _, err := v.ReadAt(ino, buf, off); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+	}
+	return nil
+}
