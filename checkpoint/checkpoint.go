@@ -130,6 +130,10 @@ func hasLabel(cps []Checkpoint, label string) bool {
 	return false
 }
 
+// pinOwner names the owner of a layer pin; layers drops a sandbox's pins
+// (those starting with its name) with the sandbox.
+func pinOwner(sandbox, kind, id string) string { return sandbox + "/" + kind + "/" + id }
+
 func putCheckpoint(tx *layers.Txn, cp Checkpoint) error {
 	b, err := json.Marshal(cp)
 	if err != nil {
@@ -139,6 +143,9 @@ func putCheckpoint(tx *layers.Txn, cp Checkpoint) error {
 		return err
 	}
 	if err := tx.Set(keyCPIndex(cp.Sandbox, cp.ID), nil); err != nil {
+		return err
+	}
+	if err := tx.Pin(cp.Layer, pinOwner(cp.Sandbox, "cp", cp.ID)); err != nil {
 		return err
 	}
 	return tx.Set(keyLayerCP(cp.Layer), []byte(cp.ID))

@@ -128,6 +128,11 @@ func putArchive(tx *layers.Txn, ar Archive) error {
 	if err := tx.Set(keyArchive(ar.ID), b); err != nil {
 		return err
 	}
+	if ar.Top != "" {
+		if err := tx.Pin(ar.Top, pinOwner(ar.Sandbox, "ar", ar.ID)); err != nil {
+			return err
+		}
+	}
 	return tx.Set(keyArchiveIndex(ar.Sandbox, ar.ID), nil)
 }
 

@@ -2,6 +2,7 @@ package layers
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"sort"
 )
@@ -295,4 +296,11 @@ func decodeBlockRef(b []byte) (blockRef, error) {
 		r.CRCs[i] = binary.LittleEndian.Uint32(d.b[4*i:])
 	}
 	return r, nil
+}
+
+func jsonUnmarshal(b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%v: %w", err, ErrCorrupt)
+	}
+	return nil
 }

@@ -317,3 +317,71 @@ func (s *Store) LiveView(name string) *View {
 	defer s.mu.Unlock()
 	return s.views[name]
 }
+
+// Fork creates sandbox name over the frozen layer of another sandbox: it
+// shares that layer and everything below it, and copies no data.
+func (s *Store) Fork(name, layer string) (SandboxInfo, error) {
+	if !ValidName(name) {
+		return SandboxInfo{}, fmt.Errorf("sandbox name %q: %w", name, ErrInvalid)
+	}
+	var info SandboxInfo
+	err := s.update(func(txn *badger.Txn) error {
+		var old SandboxInfo
+		if err := getJSON(txn, keySandbox(name), &old); err == nil {
+			return fmt.Errorf("sandbox %s: %w", name, ErrExists)
+		}
+		var l LayerInfo
+		if err := getJSON(txn, keyLayer(layer), &l); err != nil {
+			return fmt.Errorf("layer %s: %w", layer, err)
+		}
+		if l.State == StateActive {
+			return fmt.Errorf("layer %s is active: %w", layer, ErrInvalid)
+		}
+		var from SandboxInfo
+		if err := getJSON(txn, keySandbox(l.Sandbox), &from); err != nil {
+			return fmt.Errorf("sandbox %s of layer %s: %w", l.Sandbox, layer, err)
+		}
+		now := time.Now().UTC()
+		info = SandboxInfo{Name: name, Base: from.Base, BlockSize: from.BlockSize, Head: NewID(), Created: now}
+		if err := putJSON(txn, keyLayer(info.Head), LayerInfo{ID: info.Head, Sandbox: name, Parent: layer, State: StateActive, Created: now}); err != nil {
+			return err
+		}
+		return putJSON(txn, keySandbox(name), info)
+	})
+	return info, err
+}
+
+// Layers lists the layers of a sandbox's stack (top first) and, with
+// archived, the archived layers the sandbox created.
+func (s *Store) Layers(name string, archived bool) ([]LayerInfo, error) {
+	var out []LayerInfo
+	err := s.view(func(txn *badger.Txn) error {
+		stack, err := stackOf(txn, name)
+		if err != nil {
+			return err
+		}
+		for _, id := range stack {
+			var l LayerInfo
+			if err := getJSON(txn, keyLayer(id), &l); err != nil {
+				return err
+			}
+			out = append(out, l)
+		}
+		if !archived {
+			return nil
+		}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tLayer, '/'}, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var l LayerInfo
+			if err := it.Item().Value(func(b []byte) error { return jsonUnmarshal(b, &l) }); err != nil {
+				return err
+			}
+			if l.Sandbox == name && l.State == StateArchived {
+				out = append(out, l)
+			}
+		}
+		return nil
+	})
+	return out, err
+}

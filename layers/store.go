@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -376,8 +377,9 @@ func chainOf(txn *badger.Txn, top string) ([]string, error) {
 	return stack, nil
 }
 
-// RemoveSandbox deletes a sandbox's record and the layers only it uses.
-// It fails with ErrMounted while the sandbox has a live view.
+// RemoveSandbox deletes a sandbox's record; CollectGarbage then removes the
+// layers no other sandbox, fork or pin still needs. It fails with
+// ErrMounted while the sandbox has a live view.
 func (s *Store) RemoveSandbox(name string) error {
 	s.mu.Lock()
 	if _, ok := s.views[name]; ok {
@@ -385,41 +387,34 @@ func (s *Store) RemoveSandbox(name string) error {
 		return fmt.Errorf("sandbox %s: %w", name, ErrMounted)
 	}
 	s.mu.Unlock()
-	var dropped []string
 	err := s.update(func(txn *badger.Txn) error {
-		stack, err := stackOf(txn, name)
-		if err != nil {
-			return err
+		var info SandboxInfo
+		if err := getJSON(txn, keySandbox(name), &info); err != nil {
+			return fmt.Errorf("sandbox %s: %w", name, err)
 		}
-		if err := txn.Delete(keySandbox(name)); err != nil {
-			return err
+		// Pins owned by the sandbox's checkpoints and archives go with it.
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tPin, '/'}})
+		var keys [][]byte
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().KeyCopy(nil)
+			rest := string(k[2:])
+			if i := strings.IndexByte(rest, '/'); i > 0 && strings.HasPrefix(rest[i+1:], name+"/") {
+				keys = append(keys, k)
+			}
 		}
-		for _, id := range stack {
-			var l LayerInfo
-			if err := getJSON(txn, keyLayer(id), &l); err != nil {
+		it.Close()
+		for _, k := range keys {
+			if err := txn.Delete(k); err != nil {
 				return err
 			}
-			if l.Sandbox != name {
-				continue // shared with the sandbox it was forked from
-			}
-			if err := txn.Delete(keyLayer(id)); err != nil {
-				return err
-			}
-			dropped = append(dropped, id)
 		}
-		return nil
+		return txn.Delete(keySandbox(name))
 	})
 	if err != nil {
 		return err
 	}
-	// The layers' tables and data files are removed after the commit, so a
-	// crash leaves only unreferenced garbage, never a dangling reference.
-	for _, id := range dropped {
-		if err := s.dropLayerData(id); err != nil {
-			return fmt.Errorf("sandbox %s: remove layer %s: %w", name, id, err)
-		}
-	}
-	return nil
+	_, err = s.CollectGarbage()
+	return err
 }
 
 // dropLayerData deletes every key of a layer's tables and its data file.

@@ -1,0 +1,202 @@
+package checkpoint
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/strata-sandbox/strata/layers"
+)
+
+// Remove deletes a checkpoint's record. Its layer stays as long as a stack
+// (the sandbox's, an archive's, a fork's, a later checkpoint's) contains it.
+func (m *Manager) Remove(ref string) (Checkpoint, error) {
+	cp, err := m.Resolve(ref)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("checkpoint rm: %w", err)
+	}
+	err = m.store.Update(func(tx *layers.Txn) error { return deleteCheckpoint(tx, cp) })
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("checkpoint rm %s: %w", cp.ID, err)
+	}
+	if _, err := m.store.CollectGarbage(); err != nil {
+		return cp, err
+	}
+	return cp, nil
+}
+
+func deleteCheckpoint(tx *layers.Txn, cp Checkpoint) error {
+	for _, k := range []string{keyCP(cp.ID), keyCPIndex(cp.Sandbox, cp.ID), keyLayerCP(cp.Layer)} {
+		if err := tx.Delete(k); err != nil {
+			return err
+		}
+	}
+	return tx.Unpin(cp.Layer, pinOwner(cp.Sandbox, "cp", cp.ID))
+}
+
+// Policy is a retention policy: a checkpoint is kept if it is among the
+// last KeepLast or younger than KeepWithin. Zero values keep nothing by
+// that rule; a zero Policy is replaced by DefaultPolicy.
+type Policy struct {
+	KeepLast   int
+	KeepWithin time.Duration
+}
+
+// DefaultPolicy keeps the last 100 checkpoints and every checkpoint of the
+// last 7 days: an agent session's decisions stay undoable for a week.
+var DefaultPolicy = Policy{KeepLast: 100, KeepWithin: 7 * 24 * time.Hour}
+
+// PruneResult lists the checkpoints a prune removed and kept.
+type PruneResult struct {
+	Removed []string        `json:"removed"`
+	Kept    []string        `json:"kept"`
+	GC      layers.GCResult `json:"gc"`
+}
+
+// Prune removes the checkpoints of sandbox that the policy does not keep,
+// then collects the layers nothing needs any more. Layers that a kept
+// checkpoint, an archive or a fork stands on are never removed: prune only
+// drops checkpoint records, and GC only layers no stack contains.
+func (m *Manager) Prune(sandbox string, p Policy) (PruneResult, error) {
+	if p == (Policy{}) {
+		p = DefaultPolicy
+	}
+	if p.KeepLast < 0 || p.KeepWithin < 0 {
+		return PruneResult{}, fmt.Errorf("prune %s: negative policy: %w", sandbox, layers.ErrInvalid)
+	}
+	cps, err := m.List(sandbox)
+	if err != nil {
+		return PruneResult{}, fmt.Errorf("prune %s: %w", sandbox, err)
+	}
+	res := PruneResult{Removed: []string{}, Kept: []string{}}
+	now := time.Now()
+	var doomed []Checkpoint
+	for i, cp := range cps {
+		keep := len(cps)-i <= p.KeepLast || (p.KeepWithin > 0 && now.Sub(cp.Created) <= p.KeepWithin)
+		if keep {
+			res.Kept = append(res.Kept, cp.ID)
+		} else {
+			doomed = append(doomed, cp)
+			res.Removed = append(res.Removed, cp.ID)
+		}
+	}
+	err = m.store.Update(func(tx *layers.Txn) error {
+		for _, cp := range doomed {
+			if err := deleteCheckpoint(tx, cp); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return PruneResult{}, fmt.Errorf("prune %s: %w", sandbox, err)
+	}
+	res.GC, err = m.store.CollectGarbage()
+	return res, err
+}
+
+// Fork creates sandbox name from checkpoint ref, sharing its layers.
+func (m *Manager) Fork(name, ref string) (layers.SandboxInfo, error) {
+	cp, err := m.Resolve(ref)
+	if err != nil {
+		return layers.SandboxInfo{}, fmt.Errorf("fork %s: %w", name, err)
+	}
+	info, err := m.store.Fork(name, cp.Layer)
+	if err != nil {
+		return layers.SandboxInfo{}, fmt.Errorf("fork %s: %w", name, err)
+	}
+	return info, nil
+}
+
+// LayerReport is what `layers list` and `layers inspect` show of a layer.
+type LayerReport struct {
+	layers.LayerInfo
+	Checkpoint string `json:"checkpoint,omitempty"`
+	Files      int    `json:"files"`
+	Blocks     int64  `json:"blocks"`
+	Bytes      int64  `json:"bytes"`
+}
+
+// Layers reports the layers of a sandbox (with archived ones on request).
+func (m *Manager) Layers(sandbox string, archived bool) ([]LayerReport, error) {
+	info, err := m.store.Sandbox(sandbox)
+	if err != nil {
+		return nil, err
+	}
+	ls, err := m.store.Layers(sandbox, archived)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LayerReport, 0, len(ls))
+	for _, l := range ls {
+		r, err := m.report(l, info.BlockSize)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Inspect reports one layer by id.
+func (m *Manager) Inspect(id string) (LayerReport, error) {
+	l, err := m.store.Layer(id)
+	if err != nil {
+		return LayerReport{}, err
+	}
+	info, err := m.store.Sandbox(l.Sandbox)
+	if err != nil {
+		return LayerReport{}, err
+	}
+	return m.report(l, info.BlockSize)
+}
+
+func (m *Manager) report(l layers.LayerInfo, bs int) (LayerReport, error) {
+	blocks, files, err := m.store.LayerUsage(l.ID)
+	if err != nil {
+		return LayerReport{}, err
+	}
+	r := LayerReport{LayerInfo: l, Files: files, Blocks: blocks, Bytes: blocks * int64(bs)}
+	_ = m.store.View(func(tx *layers.Txn) error {
+		if id, err := tx.Get(keyLayerCP(l.ID)); err == nil {
+			r.Checkpoint = string(id)
+		}
+		return nil
+	})
+	return r, nil
+}
+
+// RemoveSandbox deletes a sandbox with its checkpoint and archive records;
+// layers a fork still stands on stay.
+func (m *Manager) RemoveSandbox(name string) error {
+	cps, err := m.List(name)
+	if err != nil {
+		return err
+	}
+	ars, err := m.Archives(name)
+	if err != nil {
+		return err
+	}
+	if m.store.LiveView(name) != nil {
+		return fmt.Errorf("sandbox %s: %w", name, layers.ErrMounted)
+	}
+	err = m.store.Update(func(tx *layers.Txn) error {
+		for _, cp := range cps {
+			if err := deleteCheckpoint(tx, cp); err != nil {
+				return err
+			}
+		}
+		for _, ar := range ars {
+			if err := tx.Delete(keyArchive(ar.ID)); err != nil {
+				return err
+			}
+			if err := tx.Delete(keyArchiveIndex(name, ar.ID)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sandbox rm %s: %w", name, err)
+	}
+	return m.store.RemoveSandbox(name)
+}

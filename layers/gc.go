@@ -1,0 +1,126 @@
+package layers
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Pins say which layers the packages above layers still need: a checkpoint
+// pins its layer, an archive the top of the state it holds. A layer lives
+// while a sandbox's stack or a pinned layer's stack contains it; GC removes
+// the rest.
+//
+//	p/<layer>/<owner>
+const tPin = 'p'
+
+func keyPin(layer, owner string) []byte {
+	return []byte(string(tPin) + "/" + layer + "/" + owner)
+}
+
+// Pin records that owner needs layer (and so every layer below it).
+func (t *Txn) Pin(layer, owner string) error {
+	if _, err := t.Layer(layer); err != nil {
+		return err
+	}
+	return t.txn.Set(keyPin(layer, owner), nil)
+}
+
+// Unpin drops owner's pin of layer.
+func (t *Txn) Unpin(layer, owner string) error {
+	return t.txn.Delete(keyPin(layer, owner))
+}
+
+// GCResult says what a collection removed.
+type GCResult struct {
+	Layers     []string `json:"layers"`
+	DataFiles  int      `json:"data_files"`
+	BytesFreed int64    `json:"bytes_freed"`
+}
+
+// CollectGarbage removes every layer that no sandbox stack and no pinned
+// stack contains, and data files that belong to no layer. The records go
+// in one transaction first, the data after it, so a crash in between leaves
+// only unreferenced files, which the next collection removes.
+func (s *Store) CollectGarbage() (GCResult, error) {
+	var res GCResult
+	var doomed []string
+	err := s.update(func(txn *badger.Txn) error {
+		live := map[string]bool{}
+		var roots []string
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
+		for it.Rewind(); it.Valid(); it.Next() {
+			var info SandboxInfo
+			if err := it.Item().Value(func(b []byte) error { return jsonUnmarshal(b, &info) }); err != nil {
+				it.Close()
+				return err
+			}
+			roots = append(roots, info.Head)
+		}
+		it.Close()
+		it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tPin, '/'}})
+		for it.Rewind(); it.Valid(); it.Next() {
+			rest := string(it.Item().Key()[2:])
+			if i := strings.IndexByte(rest, '/'); i > 0 {
+				roots = append(roots, rest[:i])
+			}
+		}
+		it.Close()
+		for _, r := range roots {
+			chain, err := chainOf(txn, r)
+			if err != nil {
+				return err
+			}
+			for _, id := range chain {
+				live[id] = true
+			}
+		}
+		it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tLayer, '/'}})
+		for it.Rewind(); it.Valid(); it.Next() {
+			id := string(it.Item().Key()[2:])
+			if !live[id] {
+				doomed = append(doomed, id)
+			}
+		}
+		it.Close()
+		for _, id := range doomed {
+			if err := txn.Delete(keyLayer(id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("gc: %w", err)
+	}
+	for _, id := range doomed {
+		if fi, err := os.Stat(s.dataPath(id)); err == nil {
+			res.BytesFreed += fi.Size()
+		}
+		if err := s.dropLayerData(id); err != nil {
+			return res, fmt.Errorf("gc: layer %s: %w", id, err)
+		}
+		res.Layers = append(res.Layers, id)
+	}
+	// Data files whose layer record is gone (a crash after the commit above).
+	ents, err := os.ReadDir(filepath.Join(s.dir, "data"))
+	if err != nil {
+		return res, fmt.Errorf("gc: %w", err)
+	}
+	for _, e := range ents {
+		if _, err := s.Layer(e.Name()); errors.Is(err, ErrNotFound) {
+			if fi, err := e.Info(); err == nil {
+				res.BytesFreed += fi.Size()
+			}
+			if err := s.dropLayerData(e.Name()); err != nil {
+				return res, fmt.Errorf("gc: %w", err)
+			}
+			res.DataFiles++
+		}
+	}
+	return res, nil
+}
