@@ -71,6 +71,8 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 		EntryTimeout:   &entryTimeout,
 		AttrTimeout:    &attrTimeout,
 		RootStableAttr: &gofs.StableAttr{Ino: layers.RootIno},
+		// Mode 0 is a real mode (chmod 0); without this go-fuse shows it as 0644.
+		NullPermissions: true,
 	}
 	server, err := gofs.Mount(dir, m.root, opts)
 	if err != nil {

@@ -158,7 +158,7 @@ func (b *baseDir) xattrs(rel string, mode uint32) (map[string][]byte, error) {
 	}
 	fd, err := b.open(rel, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
-		return nil, err
+		return nil, mapOSErr(err)
 	}
 	defer unix.Close(fd)
 	out := map[string][]byte{}

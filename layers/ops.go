@@ -313,6 +313,7 @@ func (v *View) purge(b *batch, st *inodeState) {
 		st.baseFile.Close()
 	}
 	delete(v.inodes, st.ino)
+	v.purged[st.ino] = true
 }
 
 // Unlink removes a non-directory name.

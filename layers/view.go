@@ -119,6 +119,7 @@ type View struct {
 	stack    []string // layer ids, active first
 	epoch    uint64
 	inodes   map[uint64]*inodeState
+	purged   map[uint64]bool // forgotten inodes whose deletion may not be committed yet
 	dirs     map[uint64]*dirState
 	origins  map[uint64]string // base inode number -> base-relative path
 	opens    map[uint64]int
@@ -216,6 +217,7 @@ func (v *View) setStackLocked(stack []string) error {
 	}
 	v.stack = stack
 	v.inodes = map[uint64]*inodeState{}
+	v.purged = map[uint64]bool{}
 	v.dirs = map[uint64]*dirState{}
 	v.dirty = map[uint64]*inodeState{}
 	v.files = map[string]*os.File{}
@@ -492,6 +494,9 @@ func (v *View) getInode(ino uint64) (*inodeState, error) {
 	}
 	if st, ok := v.inodes[ino]; ok {
 		return st, nil
+	}
+	if v.purged[ino] {
+		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
 	}
 	var rec *Inode
 	inActive := false

@@ -1,0 +1,250 @@
+package control
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/strata-sandbox/strata/layers"
+	"golang.org/x/sys/unix"
+)
+
+// FuseDevice is the FUSE device the mount checks for: /dev/fuse, or
+// $STRATA_FUSE_DEVICE (tests use it to play a host without FUSE).
+func FuseDevice() string {
+	if d := os.Getenv("STRATA_FUSE_DEVICE"); d != "" {
+		return d
+	}
+	return "/dev/fuse"
+}
+
+// CheckFuseDevice fails with ErrNoFuse when the FUSE device is missing.
+func CheckFuseDevice() error {
+	dev := FuseDevice()
+	if _, err := os.Stat(dev); err != nil {
+		return coded(ErrNoFuse, fmt.Sprintf("fuse device %s not found", dev))
+	}
+	return nil
+}
+
+// MountEntry is one line of /proc/self/mountinfo.
+type MountEntry struct {
+	Mountpoint string
+	FSType     string
+	Source     string
+}
+
+// Mounts lists the mounts this process sees.
+func Mounts() ([]MountEntry, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []MountEntry
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if e, ok := parseMountinfo(sc.Text()); ok {
+			out = append(out, e)
+		}
+	}
+	return out, sc.Err()
+}
+
+// parseMountinfo parses "36 35 98:0 /root /mnt opts [tags] - fstype source superopts".
+func parseMountinfo(line string) (MountEntry, bool) {
+	pre, post, ok := strings.Cut(line, " - ")
+	if !ok {
+		return MountEntry{}, false
+	}
+	f, g := strings.Fields(pre), strings.Fields(post)
+	if len(f) < 5 || len(g) < 2 {
+		return MountEntry{}, false
+	}
+	return MountEntry{Mountpoint: unescapeMountinfo(f[4]), FSType: g[0], Source: unescapeMountinfo(g[1])}, true
+}
+
+// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// IsMountpoint reports whether the absolute, symlink-free path dir is a
+// mount point.
+func IsMountpoint(dir string) (bool, error) {
+	ms, err := Mounts()
+	if err != nil {
+		return false, err
+	}
+	for _, m := range ms {
+		if m.Mountpoint == dir {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// CheckMountpoint checks that dir can take a mount: it exists, is a
+// directory and is not already a mount point. It returns the directory's
+// absolute, symlink-free path.
+func CheckMountpoint(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(abs)
+	switch {
+	case errors.Is(err, syscall.ENOTCONN) || err == nil && isDead(abs):
+		return "", coded(ErrBusy, fmt.Sprintf("mountpoint %s is a dead mount whose server is gone", abs))
+	case errors.Is(err, os.ErrNotExist):
+		return "", coded(layers.ErrNotFound, fmt.Sprintf("mountpoint %s does not exist", abs))
+	case err != nil:
+		return "", fmt.Errorf("mountpoint %s: %w", abs, err)
+	case !st.IsDir():
+		return "", coded(layers.ErrNotDir, fmt.Sprintf("mountpoint %s is not a directory", abs))
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("mountpoint %s: %w", abs, err)
+	}
+	mounted, err := IsMountpoint(real)
+	if err != nil {
+		return "", fmt.Errorf("mountpoint %s: %w", abs, err)
+	}
+	if mounted {
+		return "", coded(ErrBusy, fmt.Sprintf("mountpoint %s is already a mount point", abs))
+	}
+	return real, nil
+}
+
+// recordName is the file in the run directory that lists the mounts a
+// server serves, so that after a crash the next process can find and
+// detach the dead ones.
+const recordName = "mounts.json"
+
+func recordPath(storeDir string) string { return filepath.Join(storeDir, "run", recordName) }
+
+func writeRecord(storeDir string, ms []MountInfo) error {
+	if ms == nil {
+		ms = []MountInfo{}
+	}
+	b, err := json.Marshal(ms)
+	if err != nil {
+		return err
+	}
+	tmp := recordPath(storeDir) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, recordPath(storeDir))
+}
+
+func readRecord(storeDir string) ([]MountInfo, error) {
+	b, err := os.ReadFile(recordPath(storeDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ms []MountInfo
+	if err := json.Unmarshal(b, &ms); err != nil {
+		return nil, fmt.Errorf("%s: %w", recordPath(storeDir), err)
+	}
+	return ms, nil
+}
+
+// CleanStaleMounts detaches the mounts that a dead server of the store left
+// behind (the kernel answers ENOTCONN on them) and returns them. Call it
+// only while holding the store, so that no live server owns the record.
+func CleanStaleMounts(storeDir string) ([]MountInfo, error) {
+	ms, err := readRecord(storeDir)
+	if err != nil || len(ms) == 0 {
+		return nil, err
+	}
+	live, err := Mounts()
+	if err != nil {
+		return nil, err
+	}
+	var cleaned []MountInfo
+	var first error
+	for _, m := range ms {
+		if !isStrataMount(live, m) {
+			continue
+		}
+		if !isDead(m.Mountpoint) {
+			continue // alive (served by someone) or not ours any more
+		}
+		if err := detach(m.Mountpoint); err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		m.Stale = true
+		cleaned = append(cleaned, m)
+	}
+	if first == nil {
+		first = os.Remove(recordPath(storeDir))
+		if errors.Is(first, os.ErrNotExist) {
+			first = nil
+		}
+	}
+	return cleaned, first
+}
+
+// isDead reports whether dir is a FUSE mount whose server is gone. It asks
+// statfs, which the kernel always forwards to the server, where a stat
+// could be answered from the attribute cache.
+func isDead(dir string) bool {
+	var st unix.Statfs_t
+	return errors.Is(unix.Statfs(dir, &st), syscall.ENOTCONN)
+}
+
+func isStrataMount(live []MountEntry, m MountInfo) bool {
+	for _, e := range live {
+		if e.Mountpoint == m.Mountpoint && e.FSType == "fuse.strata" && e.Source == "strata:"+m.Sandbox {
+			return true
+		}
+	}
+	return false
+}
+
+// detach lazily unmounts dir: directly as root, else through fusermount3.
+func detach(dir string) error {
+	err := unix.Unmount(dir, unix.MNT_DETACH)
+	if err == nil {
+		return nil
+	}
+	for _, bin := range []string{"fusermount3", "fusermount"} {
+		if path, lerr := exec.LookPath(bin); lerr == nil {
+			if out, cerr := exec.Command(path, "-uz", dir).CombinedOutput(); cerr != nil {
+				return fmt.Errorf("detach %s: %v: %s", dir, cerr, strings.TrimSpace(string(out)))
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("detach %s: %w", dir, err)
+}

@@ -1,0 +1,239 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/strata-sandbox/strata/fs"
+	"github.com/strata-sandbox/strata/layers"
+)
+
+func decodeStrict(raw json.RawMessage, v any) error {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	return d.Decode(v)
+}
+
+type empty struct{}
+
+func (s *Server) ping(ctx context.Context, _ empty) (Ping, error) {
+	return Ping{PID: s.pid, Store: s.store.Dir()}, nil
+}
+
+// shutdownOp unmounts everything and answers; the listener and the
+// connections are closed once the answer is out.
+func (s *Server) shutdownOp(ctx context.Context, _ empty) ([]MountInfo, error) {
+	out := s.stopMounts()
+	go s.Shutdown()
+	if out == nil {
+		out = []MountInfo{}
+	}
+	return out, nil
+}
+
+func (s *Server) listening() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ln != nil
+}
+
+func (s *Server) status(ctx context.Context, a NameArgs) (Status, error) {
+	st := Status{Store: s.store.Dir(), Server: s.listening(), Mounts: []MountInfo{}}
+	if st.Server {
+		st.PID = s.pid
+	}
+	for _, m := range s.Mounts() {
+		if a.Name == "" || m.Sandbox == a.Name {
+			st.Mounts = append(st.Mounts, m)
+		}
+	}
+	if a.Name != "" {
+		sb, err := s.sandbox(a.Name)
+		if err != nil {
+			return Status{}, err
+		}
+		st.Sandbox = &sb
+	}
+	return st, nil
+}
+
+// withMount adds a sandbox's mount, if any, to its record.
+func (s *Server) withMount(info layers.SandboxInfo) Sandbox {
+	sb := Sandbox{SandboxInfo: info}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if lm, ok := s.mounts[info.Name]; ok {
+		sb.Mounted, sb.Mountpoint, sb.ReadOnly = true, lm.info.Mountpoint, lm.info.ReadOnly
+	}
+	return sb
+}
+
+func (s *Server) sandbox(name string) (Sandbox, error) {
+	info, err := s.store.Sandbox(name)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	return s.withMount(info), nil
+}
+
+func (s *Server) sandboxCreate(ctx context.Context, a CreateArgs) (Sandbox, error) {
+	if !filepath.IsAbs(a.Base) {
+		return Sandbox{}, coded(layers.ErrInvalid, fmt.Sprintf("base %q is not an absolute path", a.Base))
+	}
+	st, err := os.Stat(a.Base)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return Sandbox{}, coded(layers.ErrNotFound, fmt.Sprintf("base %s does not exist", a.Base))
+	case err != nil:
+		return Sandbox{}, fmt.Errorf("base %s: %w", a.Base, err)
+	case !st.IsDir():
+		return Sandbox{}, coded(layers.ErrNotDir, fmt.Sprintf("base %s is not a directory", a.Base))
+	}
+	info, err := s.store.CreateSandbox(a.Name, a.Base, a.BlockSize)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	return s.withMount(info), nil
+}
+
+func (s *Server) sandboxList(ctx context.Context, _ empty) ([]Sandbox, error) {
+	infos, err := s.store.Sandboxes()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Sandbox, 0, len(infos))
+	for _, info := range infos {
+		out = append(out, s.withMount(info))
+	}
+	return out, nil
+}
+
+func (s *Server) sandboxShow(ctx context.Context, a NameArgs) (SandboxDetail, error) {
+	sb, err := s.sandbox(a.Name)
+	if err != nil {
+		return SandboxDetail{}, err
+	}
+	stack, err := s.store.Stack(a.Name)
+	if err != nil {
+		return SandboxDetail{}, err
+	}
+	d := SandboxDetail{Sandbox: sb, Layers: make([]layers.LayerInfo, 0, len(stack))}
+	for _, id := range stack {
+		l, err := s.store.Layer(id)
+		if err != nil {
+			return SandboxDetail{}, err
+		}
+		d.Layers = append(d.Layers, l)
+	}
+	return d, nil
+}
+
+func (s *Server) sandboxRemove(ctx context.Context, a NameArgs) (Sandbox, error) {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	sb, err := s.sandbox(a.Name)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if sb.Mounted {
+		return Sandbox{}, coded(layers.ErrMounted, fmt.Sprintf("sandbox %s is mounted at %s", a.Name, sb.Mountpoint))
+	}
+	if err := s.store.RemoveSandbox(a.Name); err != nil {
+		return Sandbox{}, err
+	}
+	return sb, nil
+}
+
+func (s *Server) mount(ctx context.Context, a MountArgs) (MountInfo, error) {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	info, err := s.mountLocked(a)
+	if err != nil {
+		s.log.Printf("mount %s at %s: %v", a.Name, a.Mountpoint, err)
+	}
+	return info, err
+}
+
+func (s *Server) mountLocked(a MountArgs) (MountInfo, error) {
+	s.mu.Lock()
+	closing := s.closing
+	lm := s.mounts[a.Name]
+	s.mu.Unlock()
+	if closing {
+		return MountInfo{}, ErrShuttingDown
+	}
+	if !filepath.IsAbs(a.Mountpoint) {
+		return MountInfo{}, coded(layers.ErrInvalid, fmt.Sprintf("mountpoint %q is not an absolute path", a.Mountpoint))
+	}
+	if _, err := s.store.Sandbox(a.Name); err != nil {
+		return MountInfo{}, err
+	}
+	if lm != nil {
+		return MountInfo{}, coded(layers.ErrMounted, fmt.Sprintf("sandbox %s is already mounted at %s", a.Name, lm.info.Mountpoint))
+	}
+	if err := CheckFuseDevice(); err != nil {
+		return MountInfo{}, err
+	}
+	mp, err := CheckMountpoint(a.Mountpoint)
+	if err != nil {
+		return MountInfo{}, err
+	}
+	v, err := s.store.OpenView(a.Name, a.ReadOnly)
+	if err != nil {
+		return MountInfo{}, err
+	}
+	o := s.opts.FS
+	o.AllowOther = a.AllowOther
+	m, err := fs.New(mp, v, o)
+	if err != nil {
+		v.Close()
+		return MountInfo{}, err
+	}
+	lm = &liveMount{m: m, gone: make(chan struct{}), info: MountInfo{
+		Sandbox: a.Name, Mountpoint: mp, ReadOnly: a.ReadOnly, AllowOther: a.AllowOther,
+		PID: s.pid, Since: time.Now().UTC(),
+	}}
+	s.mu.Lock()
+	s.mounts[a.Name] = lm
+	s.saveRecordLocked()
+	s.mu.Unlock()
+	go s.watch(lm)
+	s.log.Printf("mounted %s at %s", a.Name, mp)
+	return lm.info, nil
+}
+
+func (s *Server) unmount(ctx context.Context, a UnmountArgs) (MountInfo, error) {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	lm := s.mounts[a.Name]
+	if lm == nil && a.Mountpoint != "" {
+		for _, m := range s.mounts {
+			if m.info.Mountpoint == a.Mountpoint {
+				lm = m
+			}
+		}
+	}
+	s.mu.Unlock()
+	if lm == nil {
+		what := a.Name
+		if what == "" {
+			what = a.Mountpoint
+		}
+		return MountInfo{}, coded(ErrNotMounted, fmt.Sprintf("%s is not mounted", what))
+	}
+	if err := lm.m.Unmount(); err != nil {
+		if isBusy(err) {
+			return MountInfo{}, coded(ErrBusy, fmt.Sprintf("mountpoint %s is busy: files are open or a process works in it", lm.info.Mountpoint))
+		}
+		return MountInfo{}, err
+	}
+	<-lm.gone
+	return lm.info, lm.err
+}

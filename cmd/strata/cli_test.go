@@ -1,0 +1,375 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strata-sandbox/strata/cmd/internal/control"
+	"github.com/strata-sandbox/strata/layers"
+)
+
+func TestSandboxCreateListShowRemove(t *testing.T) {
+	e := newEnv(t)
+	var created control.Sandbox
+	e.okJSON(&created, "sandbox", "create", "demo", "--base", e.base, "--block-size", "128K")
+	if created.Name != "demo" || created.Base != e.base || created.BlockSize != 128<<10 || created.Mounted {
+		t.Fatalf("create: got %+v, want demo over %s with 128 KiB blocks, not mounted", created, e.base)
+	}
+	if out := e.ok("sandbox", "create", "other", "--base", e.base); !strings.Contains(out, "created sandbox other") {
+		t.Fatalf("create: got %q, want it to say 'created sandbox other'", out)
+	}
+
+	var list []control.Sandbox
+	e.okJSON(&list, "sandbox", "list")
+	if len(list) != 2 || list[0].Name != "demo" || list[1].Name != "other" {
+		t.Fatalf("list: got %+v, want demo and other", list)
+	}
+	if list[1].BlockSize != layers.DefaultBlockSize {
+		t.Fatalf("list: other's block size: got %d, want %d", list[1].BlockSize, layers.DefaultBlockSize)
+	}
+	out := e.ok("sandbox", "list")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || !strings.Contains(lines[1], "128 KiB") {
+		t.Fatalf("list: got\n%s\nwant a header and two rows, demo's with 128 KiB", out)
+	}
+
+	var d control.SandboxDetail
+	e.okJSON(&d, "sandbox", "show", "demo")
+	if d.Name != "demo" || len(d.Layers) != 1 || d.Layers[0].ID != d.Head || d.Layers[0].State != layers.StateActive {
+		t.Fatalf("show: got %+v, want demo with its one active layer as head", d)
+	}
+
+	e.ok("sandbox", "rm", "other")
+	e.okJSON(&list, "sandbox", "list")
+	if len(list) != 1 || list[0].Name != "demo" {
+		t.Fatalf("list after rm: got %+v, want only demo", list)
+	}
+	if r := e.run("sandbox", "show", "other"); r.code != 1 {
+		t.Fatalf("show removed sandbox: got exit %d, want 1", r.code)
+	}
+}
+
+func TestSizes(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want int64
+		bad  bool
+	}{
+		{name: "bytes", in: "65536", want: 65536},
+		{name: "K", in: "64K", want: 64 << 10},
+		{name: "lower k", in: "64k", want: 64 << 10},
+		{name: "KiB", in: "64KiB", want: 64 << 10},
+		{name: "M", in: "1M", want: 1 << 20},
+		{name: "MB", in: "4MB", want: 4 << 20},
+		{name: "G", in: "1G", want: 1 << 30},
+		{name: "word", in: "big", bad: true},
+		{name: "negative", in: "-4K", bad: true},
+		{name: "empty", in: "", bad: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseSize(tt.in)
+			if tt.bad {
+				if err == nil {
+					t.Fatalf("parseSize(%q) = %d, want an error", tt.in, got)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("parseSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+			}
+			if back, err := parseSize(strings.ReplaceAll(humanSize(got), " ", "")); err != nil || back != got {
+				t.Fatalf("humanSize(%d) = %q does not parse back: %d, %v", got, humanSize(got), back, err)
+			}
+		})
+	}
+}
+
+func TestMountWriteUnmountMountAgain(t *testing.T) {
+	e := newEnv(t)
+	e.ok("sandbox", "create", "demo", "--base", e.base)
+	var info control.MountInfo
+	e.okJSON(&info, "mount", "demo", e.mnt)
+	if info.Sandbox != "demo" || info.Mountpoint != e.mnt || info.PID == 0 {
+		t.Fatalf("mount: got %+v, want demo at %s served by some pid", info, e.mnt)
+	}
+	if !e.isMounted(e.mnt) {
+		t.Fatalf("%s is not a mount point after mount returned", e.mnt)
+	}
+	if got := readFile(t, filepath.Join(e.mnt, "a.txt")); got != "hello" {
+		t.Fatalf("a.txt through the mount: got %q, want %q", got, "hello")
+	}
+	writeFile(t, filepath.Join(e.mnt, "new.txt"), "written through the mount")
+	writeFile(t, filepath.Join(e.mnt, "a.txt"), "changed")
+
+	var st control.Status
+	e.okJSON(&st, "status")
+	if !st.Server || st.PID != info.PID || len(st.Mounts) != 1 || st.Mounts[0].Mountpoint != e.mnt {
+		t.Fatalf("status: got %+v, want the server %d serving %s", st, info.PID, e.mnt)
+	}
+
+	// Unmount by mountpoint; the server exits with its last mount.
+	if out := e.ok("unmount", e.mnt); !strings.Contains(out, "unmounted demo") {
+		t.Fatalf("unmount: got %q, want it to say 'unmounted demo'", out)
+	}
+	if e.isMounted(e.mnt) {
+		t.Fatalf("%s is still a mount point after unmount returned", e.mnt)
+	}
+	waitFor(t, 10*time.Second, "the server to exit", func() bool {
+		var st control.Status
+		e.okJSON(&st, "status")
+		return !st.Server
+	})
+	if got := readFile(t, filepath.Join(e.base, "a.txt")); got != "hello" {
+		t.Fatalf("base a.txt: got %q, want it untouched (%q)", got, "hello")
+	}
+	if _, err := os.Stat(filepath.Join(e.base, "new.txt")); !os.IsNotExist(err) {
+		t.Fatalf("new.txt reached the base: %v", err)
+	}
+
+	// Mount again, read-only this time, and unmount by name.
+	e.ok("mount", "demo", e.mnt, "--read-only")
+	for name, want := range map[string]string{"new.txt": "written through the mount", "a.txt": "changed", "dir/b.txt": "world"} {
+		if got := readFile(t, filepath.Join(e.mnt, name)); got != want {
+			t.Errorf("%s after mounting again: got %q, want %q", name, got, want)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(e.mnt, "ro.txt"), []byte("x"), 0o644); err == nil {
+		t.Errorf("write to a read-only mount: got no error, want EROFS")
+	}
+	e.ok("unmount", "demo")
+	if e.isMounted(e.mnt) {
+		t.Fatalf("%s is still a mount point after unmount returned", e.mnt)
+	}
+}
+
+func TestMountForegroundUntilSIGTERM(t *testing.T) {
+	e := newEnv(t)
+	e.ok("sandbox", "create", "demo", "--base", e.base)
+	cmd := exec.Command(strataBin, "mount", "demo", e.mnt, "--foreground")
+	cmd.Env = append(os.Environ(), "STRATA_STORE="+e.store)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() {
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "mounted demo at "+e.mnt) {
+		t.Fatalf("foreground mount: first line %q, want 'mounted demo at %s'; stderr: %s", lines.Text(), e.mnt, stderr.String())
+	}
+	if !e.isMounted(e.mnt) {
+		t.Fatalf("%s is not a mount point", e.mnt)
+	}
+	writeFile(t, filepath.Join(e.mnt, "fg.txt"), "foreground")
+
+	// Other commands reach the foreground process over the socket.
+	var st control.Status
+	e.okJSON(&st, "status", "demo")
+	if !st.Server || st.PID != cmd.Process.Pid || st.Sandbox == nil || !st.Sandbox.Mounted {
+		t.Fatalf("status demo: got %+v, want demo mounted by pid %d", st, cmd.Process.Pid)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for lines.Scan() {
+		}
+	}()
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Fatalf("foreground mount after SIGTERM: %v, want exit 0; stderr: %s", err, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("foreground mount did not exit within 15s of SIGTERM")
+	}
+	if e.isMounted(e.mnt) {
+		t.Fatalf("%s is still a mount point after SIGTERM", e.mnt)
+	}
+	e.ok("mount", "demo", e.mnt)
+	if got := readFile(t, filepath.Join(e.mnt, "fg.txt")); got != "foreground" {
+		t.Fatalf("fg.txt after mounting again: got %q, want %q", got, "foreground")
+	}
+	e.ok("unmount", "demo")
+}
+
+func TestMountForegroundUntilUnmount(t *testing.T) {
+	e := newEnv(t)
+	e.ok("sandbox", "create", "demo", "--base", e.base)
+	cmd := exec.Command(strataBin, "mount", "demo", e.mnt, "--foreground")
+	cmd.Env = append(os.Environ(), "STRATA_STORE="+e.store)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	waitFor(t, 10*time.Second, "the foreground mount", func() bool { return e.isMounted(e.mnt) })
+	e.ok("unmount", "demo")
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Fatalf("foreground mount after unmount: %v, want exit 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("foreground mount did not exit within 15s of unmount")
+	}
+}
+
+func TestKill9KeepsWhatWasSynced(t *testing.T) {
+	e := newEnv(t)
+	e.ok("sandbox", "create", "demo", "--base", e.base)
+	var info control.MountInfo
+	e.okJSON(&info, "mount", "demo", e.mnt)
+	f, err := os.Create(filepath.Join(e.mnt, "synced.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("durable"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync through the mount: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(e.mnt, "dir", "b.txt")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(e.mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(); err != nil {
+		t.Fatalf("fsync the root through the mount: %v", err)
+	}
+	d.Close()
+
+	if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the killed server to be gone", func() bool { return processGone(info.PID) })
+
+	// The dead mount is detached on the next mount, which finds the store
+	// as the fsync left it.
+	e.ok("mount", "demo", e.mnt)
+	if got := readFile(t, filepath.Join(e.mnt, "synced.txt")); got != "durable" {
+		t.Fatalf("synced.txt after kill -9: got %q, want %q", got, "durable")
+	}
+	if _, err := os.Stat(filepath.Join(e.mnt, "dir", "b.txt")); !os.IsNotExist(err) {
+		t.Fatalf("dir/b.txt after kill -9: got %v, want it deleted", err)
+	}
+	e.ok("unmount", "demo")
+	var list []control.Sandbox
+	e.okJSON(&list, "sandbox", "list")
+	if len(list) != 1 || list[0].Name != "demo" {
+		t.Fatalf("sandbox list after kill -9: got %+v, want demo", list)
+	}
+}
+
+// processGone reports whether pid has exited (a zombie counts as gone).
+func processGone(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+func TestSIGTERMToBackgroundServerUnmountsEverything(t *testing.T) {
+	e := newEnv(t)
+	e.ok("sandbox", "create", "one", "--base", e.base)
+	e.ok("sandbox", "create", "two", "--base", e.base)
+	var info control.MountInfo
+	e.okJSON(&info, "mount", "one", e.mnt)
+	e.ok("mount", "two", e.mnt2)
+	writeFile(t, filepath.Join(e.mnt, "one.txt"), "one")
+	writeFile(t, filepath.Join(e.mnt2, "two.txt"), "two")
+	if err := syscall.Kill(info.PID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "the server to exit", func() bool { return processGone(info.PID) })
+	for _, d := range []string{e.mnt, e.mnt2} {
+		if e.isMounted(d) {
+			t.Errorf("%s is still a mount point after SIGTERM", d)
+		}
+	}
+	if log := readFile(t, filepath.Join(e.store, "run", "server.log")); !strings.Contains(log, "terminated: unmounting everything") {
+		t.Errorf("server log: got\n%s\nwant it to record the SIGTERM", log)
+	}
+	// Unwritten data was flushed on the way out.
+	e.ok("mount", "two", e.mnt)
+	if got := readFile(t, filepath.Join(e.mnt, "two.txt")); got != "two" {
+		t.Errorf("two.txt: got %q, want %q", got, "two")
+	}
+	e.ok("unmount", "two")
+}
+
+func TestConcurrentMountsShareOneServer(t *testing.T) {
+	e := newEnv(t)
+	names := []string{"a", "b", "c"}
+	for _, n := range names {
+		e.ok("sandbox", "create", n, "--base", e.base)
+		if err := os.Mkdir(filepath.Join(e.dir, "mnt-"+n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	results := make(chan result, len(names))
+	for _, n := range names {
+		go func() { results <- e.run("mount", n, filepath.Join(e.dir, "mnt-"+n)) }()
+	}
+	for range names {
+		if r := <-results; r.code != 0 {
+			t.Errorf("concurrent mount: exit %d, want 0; stderr %q", r.code, r.stderr)
+		}
+	}
+	var st control.Status
+	e.okJSON(&st, "status")
+	if len(st.Mounts) != len(names) {
+		t.Fatalf("status: got %d mounts, want %d: %+v", len(st.Mounts), len(names), st.Mounts)
+	}
+	for _, m := range st.Mounts {
+		if m.PID != st.PID {
+			t.Errorf("%s is served by pid %d, want the one server %d", m.Sandbox, m.PID, st.PID)
+		}
+	}
+	for _, n := range names {
+		e.ok("unmount", n)
+	}
+}

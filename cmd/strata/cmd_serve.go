@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/strata-sandbox/strata/cmd/internal/control"
+	"github.com/strata-sandbox/strata/layers"
+)
+
+// serveCommandName is the hidden command a background server runs as.
+const serveCommandName = "__serve"
+
+// serveIdleGrace is how long a new background server waits for its first
+// mount before it exits.
+const serveIdleGrace = 30 * time.Second
+
+func newServeCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:    serveCommandName,
+		Short:  "Serve the store's mounts and control socket (started by mount)",
+		Hidden: true,
+		Args:   exactArgs(),
+		RunE:   func(cmd *cobra.Command, args []string) error { return runServe(g) },
+	}
+}
+
+// runServe is the background server: it holds the store, serves its
+// mounts and socket, and exits when the last mount goes away or on
+// SIGINT/SIGTERM, after unmounting everything cleanly. Its output is the
+// server log.
+func runServe(g *globals) error {
+	lg := log.New(g.stderr, fmt.Sprintf("strata[%d] ", os.Getpid()), log.LstdFlags)
+	signal.Ignore(syscall.SIGHUP)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	st, err := layers.Open(g.store)
+	if err != nil {
+		lg.Printf("open store: %v", err)
+		return fail("serve", err, "")
+	}
+	defer st.Close()
+	if cleaned, err := control.CleanStaleMounts(st.Dir()); err != nil {
+		lg.Printf("clean stale mounts: %v", err)
+	} else {
+		for _, m := range cleaned {
+			lg.Printf("detached the dead mount of %s at %s", m.Sandbox, m.Mountpoint)
+		}
+	}
+	srv := control.NewServer(st, control.Options{ExitWhenIdle: true, IdleGrace: serveIdleGrace, Logger: lg})
+	if err := srv.Listen(); err != nil {
+		lg.Printf("%v", err)
+		return fail("serve", err, "")
+	}
+	lg.Printf("serving %s", st.Dir())
+	go func() {
+		select {
+		case s := <-sigs:
+			lg.Printf("%v: unmounting everything", s)
+			srv.Shutdown()
+		case <-srv.Done():
+		}
+	}()
+	if err := srv.Serve(); err != nil {
+		return fail("serve", err, "")
+	}
+	if err := st.Close(); err != nil {
+		lg.Printf("close store: %v", err)
+		return fail("serve", err, "")
+	}
+	lg.Printf("exiting")
+	return nil
+}

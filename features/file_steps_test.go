@@ -1,0 +1,173 @@
+package features
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/cucumber/godog"
+)
+
+// initFileSteps are the steps that work on files through the mount, as any
+// program would.
+func initFileSteps(sc *godog.ScenarioContext) {
+	sc.Step(`^I write "([^"]*)" to "([^"]*)" in the mount$`, writeFile)
+	sc.Step(`^I append "([^"]*)" to "([^"]*)" in the mount$`, appendFile)
+	sc.Step(`^I create the directory "([^"]*)" in the mount$`, makeDir)
+	sc.Step(`^I rename "([^"]*)" to "([^"]*)" in the mount$`, rename)
+	sc.Step(`^I delete "([^"]*)" in the mount$`, remove)
+	sc.Step(`^I delete the directory "([^"]*)" in the mount$`, removeDir)
+	sc.Step(`^I hard-link "([^"]*)" as "([^"]*)" in the mount$`, hardLink)
+	sc.Step(`^"([^"]*)" in the mount contains "([^"]*)"$`, contains)
+	sc.Step(`^"([^"]*)" does not exist in the mount$`, notExists)
+	sc.Step(`^"([^"]*)" and "([^"]*)" in the mount are one inode with (\d+) links$`, oneInode)
+	sc.Step(`^I note the inode numbers of every file in the mount$`, noteInodes)
+	sc.Step(`^every file in the mount has the inode number I noted$`, sameInodes)
+}
+
+func writeFile(ctx context.Context, content, rel string) error {
+	return os.WriteFile(getWorld(ctx).path(rel), []byte(content), 0o644)
+}
+
+func appendFile(ctx context.Context, content, rel string) error {
+	f, err := os.OpenFile(getWorld(ctx).path(rel), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func makeDir(ctx context.Context, rel string) error {
+	return os.MkdirAll(getWorld(ctx).path(rel), 0o755)
+}
+
+func rename(ctx context.Context, from, to string) error {
+	w := getWorld(ctx)
+	return os.Rename(w.path(from), w.path(to))
+}
+
+func remove(ctx context.Context, rel string) error {
+	p := getWorld(ctx).path(rel)
+	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory", rel)
+	}
+	return os.Remove(p)
+}
+
+func removeDir(ctx context.Context, rel string) error {
+	return syscall.Rmdir(getWorld(ctx).path(rel))
+}
+
+func hardLink(ctx context.Context, from, to string) error {
+	w := getWorld(ctx)
+	return os.Link(w.path(from), w.path(to))
+}
+
+func contains(ctx context.Context, rel, want string) error {
+	b, err := os.ReadFile(getWorld(ctx).path(rel))
+	if err != nil {
+		return err
+	}
+	if string(b) != want {
+		return fmt.Errorf("%s: got %q, want %q", rel, b, want)
+	}
+	return nil
+}
+
+func notExists(ctx context.Context, rel string) error {
+	_, err := os.Lstat(getWorld(ctx).path(rel))
+	if !os.IsNotExist(err) {
+		return fmt.Errorf("%s: got %v, want it not to exist", rel, err)
+	}
+	// Not in its directory's listing either.
+	dir := filepath.Dir(getWorld(ctx).path(rel))
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == filepath.Base(rel) {
+			return fmt.Errorf("%s is still listed in %s", rel, dir)
+		}
+	}
+	return nil
+}
+
+func stat(path string) (*syscall.Stat_t, error) {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return &st, nil
+}
+
+func oneInode(ctx context.Context, a, b string, links int) error {
+	w := getWorld(ctx)
+	sa, err := stat(w.path(a))
+	if err != nil {
+		return err
+	}
+	sb, err := stat(w.path(b))
+	if err != nil {
+		return err
+	}
+	if sa.Ino != sb.Ino {
+		return fmt.Errorf("inode numbers: %s has %d, %s has %d; want one", a, sa.Ino, b, sb.Ino)
+	}
+	if int(sa.Nlink) != links || int(sb.Nlink) != links {
+		return fmt.Errorf("links: got %d and %d, want %d", sa.Nlink, sb.Nlink, links)
+	}
+	return nil
+}
+
+// walkInodes maps every path in the mount to its inode number.
+func walkInodes(root string) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		st, err := stat(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		out[rel] = st.Ino
+		return nil
+	})
+	return out, err
+}
+
+func noteInodes(ctx context.Context) error {
+	w := getWorld(ctx)
+	inodes, err := walkInodes(w.mnt)
+	w.inodes = inodes
+	return err
+}
+
+func sameInodes(ctx context.Context) error {
+	w := getWorld(ctx)
+	got, err := walkInodes(w.mnt)
+	if err != nil {
+		return err
+	}
+	if len(got) != len(w.inodes) {
+		return fmt.Errorf("files: got %d, noted %d", len(got), len(w.inodes))
+	}
+	for p, ino := range w.inodes {
+		if got[p] != ino {
+			return fmt.Errorf("%s: inode %d, noted %d", p, got[p], ino)
+		}
+	}
+	return nil
+}
