@@ -77,6 +77,14 @@ func keyLayerCP(layer string) string       { return "x/lcp/" + layer }
 
 // Create freezes the sandbox's active layer as a new checkpoint.
 func (m *Manager) Create(sandbox string, o Options) (Checkpoint, error) {
+	return m.CreateTx(sandbox, o, nil)
+}
+
+// CreateTx is Create that also runs extra, when not nil, in the transaction
+// that freezes the layer and records the checkpoint: callers (plans) keep
+// their records atomic with the checkpoint. An error from extra aborts the
+// checkpoint.
+func (m *Manager) CreateTx(sandbox string, o Options, extra func(tx *layers.Txn, cp Checkpoint) error) (Checkpoint, error) {
 	if o.Label != "" {
 		// Labels stand in for ids, so they stay unique within a sandbox.
 		cps, err := m.List(sandbox)
@@ -92,31 +100,31 @@ func (m *Manager) Create(sandbox string, o Options) (Checkpoint, error) {
 		Step: o.Step, Decision: o.Decision, SourceTool: o.SourceTool, Phase: o.Phase,
 		Created: time.Now().UTC(),
 	}
-	_, _, err := m.store.Freeze(sandbox, func(tx *layers.Txn, frozen, next string) error {
+	info, err := m.store.Sandbox(sandbox)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("checkpoint %s: %w", sandbox, err)
+	}
+	// Everything goes into the transaction that freezes the layer: the
+	// writers are stopped meanwhile, and a crash keeps all of it or none.
+	_, _, err = m.store.Freeze(sandbox, func(tx *layers.Txn, frozen, next string) error {
 		cp.Layer = frozen
+		hash, err := m.layerHash(tx, sandbox, frozen)
+		if err != nil {
+			return fmt.Errorf("state hash: %w", err)
+		}
+		cp.StateHash = hash
+		blocks, _, err := m.store.LayerUsage(frozen)
+		if err != nil {
+			return err
+		}
+		cp.Bytes = blocks * int64(info.BlockSize)
+		if err := tx.Set(keyLayerHash(frozen), []byte(hash)); err != nil {
+			return err
+		}
 		return putCheckpoint(tx, cp)
 	})
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("checkpoint %s: %w", sandbox, err)
-	}
-	// The state hash and size are derived data: computed after the freeze
-	// from the frozen (immutable) stack and stored with the record.
-	hash, err := m.StateHash(sandbox, cp.Layer)
-	if err != nil {
-		return cp, fmt.Errorf("checkpoint %s: state hash: %w", cp.ID, err)
-	}
-	blocks, _, err := m.store.LayerUsage(cp.Layer)
-	if err != nil {
-		return cp, err
-	}
-	info, err := m.store.Sandbox(sandbox)
-	if err != nil {
-		return cp, err
-	}
-	cp.StateHash = hash
-	cp.Bytes = blocks * int64(info.BlockSize)
-	if err := m.store.Update(func(tx *layers.Txn) error { return putCheckpoint(tx, cp) }); err != nil {
-		return cp, err
 	}
 	return cp, nil
 }

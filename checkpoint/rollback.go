@@ -53,9 +53,25 @@ func (m *Manager) Rollback(sandbox, ref string) (RollbackResult, error) {
 	return m.repoint(sandbox, cp.Layer, cp.ID, "")
 }
 
+// RollbackTx is Rollback that also runs extra, when not nil, in the
+// transaction that moves the head, with the id of the archive the rollback
+// records: callers (plans) keep their records atomic with the rollback. An
+// error from extra aborts the rollback.
+func (m *Manager) RollbackTx(sandbox, ref string, extra func(tx *layers.Txn, archive string) error) (RollbackResult, error) {
+	cp, err := m.ResolveIn(sandbox, ref)
+	if err != nil {
+		return RollbackResult{}, fmt.Errorf("rollback %s: %w", sandbox, err)
+	}
+	return m.repointTx(sandbox, cp.Layer, cp.ID, "", extra)
+}
+
 // repoint moves sandbox onto parent and records the archive; restoring
 // names the archive it restores.
 func (m *Manager) repoint(sandbox, parent, toCheckpoint, restoring string) (RollbackResult, error) {
+	return m.repointTx(sandbox, parent, toCheckpoint, restoring, nil)
+}
+
+func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, extra func(tx *layers.Txn, archive string) error) (RollbackResult, error) {
 	start := time.Now()
 	ar := Archive{ID: layers.NewID(), Sandbox: sandbox, Created: start.UTC(), ToCheckpoint: toCheckpoint}
 	info, err := m.store.Sandbox(sandbox)
@@ -89,7 +105,13 @@ func (m *Manager) repoint(sandbox, parent, toCheckpoint, restoring string) (Roll
 				return err
 			}
 		}
-		return putArchive(tx, ar)
+		if err := putArchive(tx, ar); err != nil {
+			return err
+		}
+		if extra != nil {
+			return extra(tx, ar.ID)
+		}
+		return nil
 	})
 	if err != nil {
 		return RollbackResult{}, fmt.Errorf("rollback %s: %w", sandbox, err)
@@ -101,7 +123,7 @@ func (m *Manager) repoint(sandbox, parent, toCheckpoint, restoring string) (Roll
 	res := RollbackResult{Sandbox: sandbox, Checkpoint: toCheckpoint, Archive: ar.ID, Millis: millis, ChangedPaths: []string{}}
 	// What changed is derived after the switch, from immutable layers.
 	if ar.Top != "" {
-		d, err := m.diffLayers(sandbox, ar.Top, parent)
+		d, err := m.compare(sandbox, ar.Top, parent)
 		if err == nil {
 			res.ChangedPaths = append(append(append(res.ChangedPaths, d.Added...), d.Modified...), d.Deleted...)
 			sort.Strings(res.ChangedPaths)
@@ -289,28 +311,6 @@ func exportFile(v *layers.View, a layers.Attr, dst string) error {
 	return f.Close()
 }
 
-// diffLayers compares the trees of two frozen or archived stacks.
-func (m *Manager) diffLayers(sandbox, from, to string) (Diff, error) {
-	a, err := m.snapshotOf(sandbox, from)
-	if err != nil {
-		return Diff{}, err
-	}
-	b, err := m.snapshotOf(sandbox, to)
-	if err != nil {
-		return Diff{}, err
-	}
-	return diffStates(a, b), nil
-}
-
-func (m *Manager) snapshotOf(sandbox, layer string) (map[string]fileState, error) {
-	v, err := m.store.OpenSnapshot(sandbox, layer)
-	if err != nil {
-		return nil, err
-	}
-	defer v.Close()
-	return snapshot(v)
-}
-
 // DiffCheckpoints compares checkpoint from with checkpoint to, or with the
 // sandbox's live state when to is "".
 func (m *Manager) DiffCheckpoints(from, to string) (Diff, error) {
@@ -318,37 +318,29 @@ func (m *Manager) DiffCheckpoints(from, to string) (Diff, error) {
 	if err != nil {
 		return Diff{}, fmt.Errorf("diff: %w", err)
 	}
-	sa, err := m.snapshotOf(a.Sandbox, a.Layer)
-	if err != nil {
-		return Diff{}, err
-	}
-	var sb map[string]fileState
+	top := ""
 	if to != "" {
 		b, err := m.ResolveIn(a.Sandbox, to)
 		if err != nil {
 			return Diff{}, fmt.Errorf("diff: %w", err)
 		}
-		if sb, err = m.snapshotOf(b.Sandbox, b.Layer); err != nil {
-			return Diff{}, err
-		}
-	} else if live := m.store.LiveView(a.Sandbox); live != nil {
-		if sb, err = snapshot(live); err != nil {
-			return Diff{}, err
-		}
+		top = b.Layer
 	} else {
+		// The live state: what a mount wrote is committed first.
+		if live := m.store.LiveView(a.Sandbox); live != nil {
+			if err := live.Sync(); err != nil {
+				return Diff{}, fmt.Errorf("diff: %w", err)
+			}
+		}
 		info, err := m.store.Sandbox(a.Sandbox)
 		if err != nil {
 			return Diff{}, err
 		}
-		if sb, err = m.snapshotOf(a.Sandbox, info.Head); err != nil {
-			return Diff{}, err
-		}
+		top = info.Head
 	}
-	return diffStates(sa, sb), nil
-}
-
-func sortStrings(ls ...[]string) {
-	for _, l := range ls {
-		sort.Strings(l)
+	d, err := m.compare(a.Sandbox, a.Layer, top)
+	if err != nil {
+		return Diff{}, fmt.Errorf("diff %s: %w", a.ID, err)
 	}
+	return d, nil
 }

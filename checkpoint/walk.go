@@ -1,23 +1,11 @@
 package checkpoint
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"path"
-	"syscall"
 
 	"github.com/strata-sandbox/strata/layers"
 )
-
-// fileState is what a walk records about one path.
-type fileState struct {
-	Ino    uint64
-	Mode   uint32
-	Size   int64
-	Mtime  int64
-	Target string
-}
 
 // walk visits every path of a view below the root, parents before children,
 // in name order.
@@ -55,65 +43,15 @@ func relOrRoot(p string) string {
 	return p
 }
 
-// snapshot lists every path of a view with what identifies its content.
-func snapshot(v *layers.View) (map[string]fileState, error) {
-	out := map[string]fileState{}
-	err := walk(v, func(p string, a layers.Attr) error {
-		fs := fileState{Ino: a.Ino, Mode: a.Mode, Size: a.Size, Mtime: a.Mtime}
-		if a.Mode&syscall.S_IFMT == syscall.S_IFLNK {
-			t, err := v.Readlink(a.Ino)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p, err)
-			}
-			fs.Target = t
-		}
-		out[p] = fs
-		return nil
-	})
-	return out, err
-}
-
-// hashView hashes names, modes, symlink targets and content fingerprints
-// of every path, in a fixed order.
-func hashView(v *layers.View, readData bool) (string, error) {
-	h := sha256.New()
-	root, err := v.GetAttr(layers.RootIno)
-	if err != nil {
-		return "", err
-	}
-	fmt.Fprintf(h, "/\x00%o\n", root.Mode)
-	err = walk(v, func(p string, a layers.Attr) error {
-		fp := ""
-		switch a.Mode & syscall.S_IFMT {
-		case syscall.S_IFREG, syscall.S_IFLNK:
-			if readData {
-				if err := v.VerifyData(a.Ino); err != nil {
-					return fmt.Errorf("%s: %w", p, err)
-				}
-			}
-			var err error
-			fp, err = v.Fingerprint(a.Ino)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p, err)
-			}
-		}
-		fmt.Fprintf(h, "%q\x00%o\x00%s\n", p, a.Mode, fp)
-		return nil
-	})
-	if err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// StateHash hashes the tree of sandbox as of frozen layer top.
+// StateHash recomputes the state hash of sandbox as of layer top from the
+// whole tree.
 func (m *Manager) StateHash(sandbox, top string) (string, error) {
 	v, err := m.store.OpenSnapshot(sandbox, top)
 	if err != nil {
 		return "", err
 	}
 	defer v.Close()
-	return hashView(v, false)
+	return fullHash(v, false)
 }
 
 // VerifyResult says whether a checkpoint's tree still hashes as recorded.
@@ -137,7 +75,7 @@ func (m *Manager) Verify(ref string) (VerifyResult, error) {
 		return VerifyResult{}, err
 	}
 	defer v.Close()
-	got, err := hashView(v, true)
+	got, err := fullHash(v, true)
 	if err != nil {
 		return VerifyResult{}, fmt.Errorf("verify %s: %w", cp.ID, err)
 	}
@@ -150,30 +88,4 @@ type Diff struct {
 	Modified     []string `json:"modified"`
 	Deleted      []string `json:"deleted"`
 	ChangedBytes int64    `json:"changed_bytes"`
-}
-
-func diffStates(a, b map[string]fileState) Diff {
-	d := Diff{Added: []string{}, Modified: []string{}, Deleted: []string{}}
-	for p, fb := range b {
-		fa, ok := a[p]
-		switch {
-		case !ok:
-			d.Added = append(d.Added, p)
-			if fb.Mode&syscall.S_IFMT == syscall.S_IFREG {
-				d.ChangedBytes += fb.Size
-			}
-		case fa != fb && !(fa.Mode&syscall.S_IFMT == syscall.S_IFDIR && fb.Mode&syscall.S_IFMT == syscall.S_IFDIR && fa.Ino == fb.Ino && fa.Mode == fb.Mode):
-			d.Modified = append(d.Modified, p)
-			if fb.Mode&syscall.S_IFMT == syscall.S_IFREG {
-				d.ChangedBytes += fb.Size
-			}
-		}
-	}
-	for p := range a {
-		if _, ok := b[p]; !ok {
-			d.Deleted = append(d.Deleted, p)
-		}
-	}
-	sortStrings(d.Added, d.Modified, d.Deleted)
-	return d
 }

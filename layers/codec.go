@@ -82,6 +82,16 @@ type Inode struct {
 	// attributes of the layer below (or the base) apply.
 	Xattrs    map[string][]byte
 	XattrsSet bool
+	// Parent and Name are the directory and name the inode was last given
+	// (valid when HasParent): they turn an inode back into a path, so that
+	// what a layer changed can be listed by path without walking the tree.
+	// A file with several names keeps the newest.
+	Parent    uint64
+	Name      string
+	HasParent bool
+	// ParentOrigin is the base path of Parent when Parent is a base
+	// directory, so a view that has no record of it can still find it.
+	ParentOrigin string
 }
 
 const inodeVersion = 1
@@ -113,6 +123,9 @@ func encodeInode(n *Inode) []byte {
 	if n.XattrsSet {
 		flags |= 2
 	}
+	if n.HasParent {
+		flags |= 4
+	}
 	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendUvarint(b, uint64(n.Mode))
 	b = binary.AppendUvarint(b, uint64(n.UID))
@@ -126,6 +139,11 @@ func encodeInode(n *Inode) []byte {
 	b = binary.AppendVarint(b, n.Floor)
 	b = appendString(b, n.Target)
 	b = appendString(b, n.Origin)
+	if n.HasParent {
+		b = binary.AppendUvarint(b, n.Parent)
+		b = appendString(b, n.Name)
+		b = appendString(b, n.ParentOrigin)
+	}
 	if n.XattrsSet {
 		names := make([]string, 0, len(n.Xattrs))
 		for k := range n.Xattrs {
@@ -204,6 +222,7 @@ func decodeInode(b []byte) (*Inode, error) {
 	n := &Inode{
 		HasOrigin: flags&1 != 0,
 		XattrsSet: flags&2 != 0,
+		HasParent: flags&4 != 0,
 	}
 	n.Mode = d.u32()
 	n.UID = d.u32()
@@ -217,6 +236,11 @@ func decodeInode(b []byte) (*Inode, error) {
 	n.Floor = d.varint()
 	n.Target = d.str()
 	n.Origin = d.str()
+	if n.HasParent {
+		n.Parent = d.uvarint()
+		n.Name = d.str()
+		n.ParentOrigin = d.str()
+	}
 	if n.XattrsSet {
 		cnt := d.uvarint()
 		if cnt > uint64(len(d.b)) {

@@ -23,6 +23,11 @@ func (v *View) Fingerprint(ino uint64) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return v.fingerprintLocked(st)
+}
+
+func (v *View) fingerprintLocked(st *inodeState) (string, error) {
+	ino := st.ino
 	h := sha256.New()
 	var num [8]byte
 	binary.BigEndian.PutUint64(num[:], uint64(st.rec.Size))

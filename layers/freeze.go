@@ -276,12 +276,18 @@ func (s *Store) LayerUsage(id string) (blocks int64, files int, err error) {
 // OpenSnapshot opens a read-only view of the stack whose top is layer
 // (frozen or archived) of sandbox name: what the sandbox looked like when
 // that layer was frozen. It does not count as the sandbox's live view.
+// With layer "" it shows the sandbox's base alone, as it is now.
 func (s *Store) OpenSnapshot(name, layer string) (*View, error) {
 	var info SandboxInfo
 	var stack []string
 	err := s.view(func(txn *badger.Txn) error {
 		if err := getJSON(txn, keySandbox(name), &info); err != nil {
 			return fmt.Errorf("sandbox %s: %w", name, err)
+		}
+		if layer == "" {
+			// A layer id no record names: an empty layer over the base.
+			stack = []string{"base-" + NewID()}
+			return nil
 		}
 		var err error
 		stack, err = chainOf(txn, layer)
@@ -297,6 +303,7 @@ func (s *Store) OpenSnapshot(name, layer string) (*View, error) {
 	v := &View{
 		s: s, info: info, ro: true, bs: int64(info.BlockSize), base: base,
 		origins:  map[uint64]string{RootIno: ""},
+		bparent:  map[uint64]uint64{},
 		opens:    map[uint64]int{},
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),

@@ -2,10 +2,13 @@ package layers
 
 import (
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 // MaxNameLen is the longest name a directory entry may have.
@@ -150,6 +153,23 @@ func (v *View) copyUp(st *inodeState) {
 		st.rec = st.rec.clone()
 		st.rec.Floor = -1
 		st.inActive = true
+		if !st.rec.HasParent && st.rec.HasOrigin && st.ino != RootIno {
+			if p, ok := v.bparent[st.ino]; ok {
+				v.setParent(st, p, path.Base(st.rec.Origin))
+			}
+		}
+	}
+}
+
+// setParent records where st was last named: directory dir, and the base
+// path of dir if it has one.
+func (v *View) setParent(st *inodeState, dir uint64, name string) {
+	st.rec.Parent, st.rec.Name, st.rec.HasParent = dir, name, true
+	st.rec.ParentOrigin = ""
+	if d, ok := v.inodes[dir]; ok && d.rec.HasOrigin {
+		st.rec.ParentOrigin = d.rec.Origin
+	} else if o, ok := v.origins[dir]; ok {
+		st.rec.ParentOrigin = o
 	}
 }
 
@@ -196,6 +216,7 @@ func (v *View) newChild(dir uint64, name string, mode uint32, rdev uint64, targe
 		rec.Size = int64(len(target))
 	}
 	st := &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}}
+	v.setParent(st, dir, name)
 	v.inodes[ino] = st
 	if typ == syscall.S_IFDIR {
 		v.dirs[ino] = &dirState{entries: map[string]entry{}, below: map[string]bool{}}
@@ -268,6 +289,7 @@ func (v *View) Link(ino, dir uint64, name string) (Attr, error) {
 	b := &batch{v: v}
 	v.copyUp(st)
 	st.rec.Nlink++
+	v.setParent(st, dir, name)
 	touch(st, false)
 	b.putRec(st)
 	b.setEntry(dir, d, name, entry{Ino: ino, Type: st.rec.Mode & syscall.S_IFMT})
@@ -295,25 +317,51 @@ func (v *View) dropLink(b *batch, st *inodeState) {
 	v.purge(b, st)
 }
 
-// purge forgets an inode that nothing names or holds open any more.
+// purge forgets an inode that nothing names or holds open any more. An
+// inode that a lower layer or the base has keeps a tombstone (its record
+// with no links, and the whiteouts of a directory) so that this layer
+// records its removal; one born in this layer leaves nothing.
 func (v *View) purge(b *batch, st *inodeState) {
-	b.delRec(st.ino)
+	_ = v.ensureBlocks(st) // so that its blocks in this layer are known
 	for blk := range st.active {
 		b.kv = append(b.kv, kv{key: keyBlock(v.activeLayer(), st.ino, blk), del: true})
 	}
-	if d, ok := v.dirs[st.ino]; ok {
-		// An empty directory may still hold whiteouts of base names.
-		for name := range d.below {
-			b.delEntry(st.ino, name)
+	if v.existsBelow(st) {
+		st.rec.Nlink = 0
+		b.putRec(st)
+	} else {
+		b.delRec(st.ino)
+		if d, ok := v.dirs[st.ino]; ok {
+			for name := range d.below {
+				b.delEntry(st.ino, name)
+			}
 		}
-		delete(v.dirs, st.ino)
 	}
+	delete(v.dirs, st.ino)
 	delete(v.dirty, st.ino)
 	if st.baseFile != nil {
 		st.baseFile.Close()
 	}
 	delete(v.inodes, st.ino)
 	v.purged[st.ino] = true
+}
+
+// existsBelow reports whether a frozen layer or the base has the inode.
+func (v *View) existsBelow(st *inodeState) bool {
+	if st.rec.HasOrigin {
+		return true
+	}
+	found := false
+	_ = v.s.view(func(txn *badger.Txn) error {
+		for _, l := range v.stack[1:] {
+			if _, err := txn.Get(keyInode(l, st.ino)); err == nil {
+				found = true
+				return nil
+			}
+		}
+		return nil
+	})
+	return found
 }
 
 // Unlink removes a non-directory name.
@@ -430,6 +478,8 @@ func (v *View) Rename(olddir uint64, oldname string, newdir uint64, newname stri
 		b.setEntry(newdir, nd, newname, se)
 		v.copyUp(src)
 		v.copyUp(dstSt)
+		v.setParent(src, newdir, newname)
+		v.setParent(dstSt, olddir, oldname)
 		touch(src, false)
 		touch(dstSt, false)
 		b.putRec(src)
@@ -491,6 +541,7 @@ func (v *View) Rename(olddir uint64, oldname string, newdir uint64, newname stri
 	// The moved inode's record is stored in the active layer so that its
 	// base origin (where its data and entries come from) is kept.
 	v.copyUp(src)
+	v.setParent(src, newdir, newname)
 	touch(src, false)
 	b.putRec(src)
 	v.copyUp(ost)

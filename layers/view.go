@@ -122,6 +122,7 @@ type View struct {
 	purged   map[uint64]bool // forgotten inodes whose deletion may not be committed yet
 	dirs     map[uint64]*dirState
 	origins  map[uint64]string // base inode number -> base-relative path
+	bparent  map[uint64]uint64 // base inode number -> the directory that listed it
 	opens    map[uint64]int
 	dirty    map[uint64]*inodeState
 	files    map[string]*os.File // data file of each layer in the stack
@@ -169,6 +170,7 @@ func (s *Store) OpenView(name string, readOnly bool) (*View, error) {
 	v := &View{
 		s: s, info: info, ro: readOnly, bs: int64(info.BlockSize), base: base,
 		origins: map[uint64]string{RootIno: ""},
+		bparent: map[uint64]uint64{},
 		opens:   map[uint64]int{},
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
@@ -203,7 +205,7 @@ func (v *View) Epoch() uint64 {
 // setStackLocked points the view at a new stack and forgets every cached
 // fact that depended on the old one.
 func (v *View) setStackLocked(stack []string) error {
-	if len(stack) == 0 {
+	if len(stack) == 0 && !v.snapshot {
 		return fmt.Errorf("empty stack: %w", ErrCorrupt)
 	}
 	for id, f := range v.files {
@@ -221,6 +223,10 @@ func (v *View) setStackLocked(stack []string) error {
 	v.dirs = map[uint64]*dirState{}
 	v.dirty = map[uint64]*inodeState{}
 	v.files = map[string]*os.File{}
+	v.nextSlot = 0
+	if len(stack) == 0 {
+		return nil // the base alone
+	}
 	flags := os.O_RDWR | os.O_CREATE
 	if v.ro {
 		flags = os.O_RDONLY
@@ -627,6 +633,7 @@ func (v *View) getDir(ino uint64) (*dirState, *inodeState, error) {
 			if !seenAll[be.name] {
 				d.entries[be.name] = entry{Ino: be.ino, Type: be.typ}
 				v.origins[be.ino] = path.Join(st.rec.Origin, be.name)
+				v.bparent[be.ino] = ino
 			}
 		}
 	}
