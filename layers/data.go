@@ -59,6 +59,16 @@ func (v *View) baseFileLocked(st *inodeState) (*os.File, error) {
 // sourceLocked resolves block blk of st: active layer, then (below the
 // active layer's truncation floor) the frozen layers, then the base.
 func (v *View) sourceLocked(st *inodeState, blk uint64) (source, error) {
+	src, err := v.sourceBlock(st, blk)
+	if err != nil || src.kind != srcBase {
+		return src, err
+	}
+	src.f, err = v.baseFileLocked(st)
+	return src, err
+}
+
+// sourceBlock is sourceLocked without opening the base file.
+func (v *View) sourceBlock(st *inodeState, blk uint64) (source, error) {
 	if ref, ok := st.active[blk]; ok {
 		return source{kind: srcSlot, f: v.files[v.activeLayer()], off: int64(ref.Slot) * v.bs, crcs: ref.CRCs, blk: blk}, nil
 	}
@@ -74,11 +84,7 @@ func (v *View) sourceLocked(st *inodeState, blk uint64) (source, error) {
 		return source{kind: srcSlot, f: f, off: int64(fr.ref.Slot) * v.bs, crcs: fr.ref.CRCs, blk: blk}, nil
 	}
 	if st.rec.HasOrigin && start < st.baseLimit {
-		f, err := v.baseFileLocked(st)
-		if err != nil {
-			return source{}, err
-		}
-		return source{kind: srcBase, f: f, off: start, blk: blk}, nil
+		return source{kind: srcBase, off: start, blk: blk}, nil
 	}
 	return source{kind: srcZero, blk: blk}, nil
 }

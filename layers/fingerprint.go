@@ -39,12 +39,11 @@ func (v *View) fingerprintLocked(st *inodeState) (string, error) {
 	if err := v.ensureBlocks(st); err != nil {
 		return "", err
 	}
-	var base syscall.Stat_t
-	baseKnown := false
 	nblk := uint64((st.rec.Size + v.bs - 1) / v.bs)
-	buf := make([]byte, v.bs)
+	var buf []byte
+	baseID := ""
 	for blk := uint64(0); blk < nblk; blk++ {
-		src, err := v.sourceLocked(st, blk)
+		src, err := v.sourceBlock(st, blk)
 		if err != nil {
 			return "", err
 		}
@@ -54,16 +53,23 @@ func (v *View) fingerprintLocked(st *inodeState) (string, error) {
 		case srcZero:
 			h.Write([]byte{'z'})
 		case srcBase:
-			if !baseKnown {
-				if err := syscall.Fstat(int(src.f.Fd()), &base); err != nil {
-					return "", fmt.Errorf("inode %d: %w", ino, err)
+			// The base never changes under a sandbox (plan apply aside),
+			// so its file's identity stands for its content; an lstat,
+			// not an open, so a walk of a large tree holds no descriptors.
+			if baseID == "" {
+				bst, err := v.base.lstat(st.rec.Origin)
+				if err != nil {
+					return "", fmt.Errorf("inode %d: %w", ino, mapOSErr(err))
 				}
-				baseKnown = true
+				baseID = fmt.Sprintf("b%s\x00%d\x00%d", st.rec.Origin, bst.Size, bst.Mtim.Nano())
 			}
-			fmt.Fprintf(h, "b%s\x00%d\x00%d", st.rec.Origin, base.Size, base.Mtim.Nano())
+			h.Write([]byte(baseID))
 		case srcSlot:
 			crcs := src.crcs
 			if crcs == nil {
+				if buf == nil {
+					buf = make([]byte, v.bs)
+				}
 				if err := readFull(src.f, buf, src.off); err != nil {
 					return "", err
 				}

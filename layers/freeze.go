@@ -34,6 +34,9 @@ func (s *Store) Freeze(name string, fn FreezeFunc) (frozen, next string, err err
 		}
 		return fn(&Txn{txn: txn, s: s}, frozen, next)
 	})
+	if err == nil {
+		err = s.Sync()
+	}
 	return frozen, next, err
 }
 
@@ -102,6 +105,10 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 		}
 		return fn(&Txn{txn: txn, s: v.s}, frozen, next)
 	})
+	if err == nil {
+		// A checkpoint makes everything before it durable.
+		err = v.s.Sync()
+	}
 	if err != nil {
 		return "", "", err
 	}
@@ -197,6 +204,9 @@ func (s *Store) Repoint(name, parent string, fn RepointFunc) (next string, err e
 		stack = append([]string{next}, newChain...)
 		return fn(&Txn{txn: txn, s: s}, left, joined, next)
 	})
+	if err == nil {
+		err = s.Sync()
+	}
 	if err != nil {
 		return "", err
 	}

@@ -1,0 +1,79 @@
+package checkpoint
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/strata-sandbox/strata/layers"
+)
+
+// BenchmarkCheckpointRollback measures, through the Go API on a live view,
+// checkpoint and rollback of a workspace of N files where 100 change
+// between checkpoints. Run: go test -run '^$' -bench CheckpointRollback ./checkpoint
+func BenchmarkCheckpointRollback(b *testing.B) {
+	for _, n := range []int{1000, 50000} {
+		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) {
+			dir := b.TempDir()
+			base := filepath.Join(dir, "base")
+			for i := 0; i < n; i++ {
+				p := filepath.Join(base, fmt.Sprintf("d%03d/f%05d.go", i%100, i))
+				os.MkdirAll(filepath.Dir(p), 0o755)
+				os.WriteFile(p, []byte(fmt.Sprintf("package p // %d\n", i)), 0o644)
+			}
+			st, err := layers.Open(filepath.Join(dir, "store"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			st.CreateSandbox("s", base, 0)
+			v, err := st.OpenView("s", false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer v.Close()
+			m := New(st, nil)
+			// The first checkpoint hashes the whole base once.
+			first, err := m.Create("s", Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			dirs, _ := v.ReadDir(layers.RootIno)
+			edit := func(round int) {
+				for k := 0; k < 100; k++ {
+					d := dirs[(round*7+k)%len(dirs)]
+					ents, _ := v.ReadDir(d.Ino)
+					e := ents[k%len(ents)]
+					v.WriteAt(e.Ino, []byte(fmt.Sprintf("// edit %d\n", round)), 0, true)
+				}
+			}
+			var cps, rbs []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				edit(i)
+				t0 := time.Now()
+				if _, err := m.Create("s", Options{}); err != nil {
+					b.Fatal(err)
+				}
+				cps = append(cps, time.Since(t0))
+				edit(i + 1000)
+				t0 = time.Now()
+				if _, err := m.Rollback("s", first.ID); err != nil {
+					b.Fatal(err)
+				}
+				rbs = append(rbs, time.Since(t0))
+			}
+			b.ReportMetric(float64(p50(cps).Microseconds())/1000, "checkpoint-p50-ms")
+			b.ReportMetric(float64(p50(rbs).Microseconds())/1000, "rollback-p50-ms")
+		})
+	}
+}
+
+func p50(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
