@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"errors"
 	"fmt"
 	"github.com/dgraph-io/badger/v4"
 	"hash/crc32"
@@ -44,8 +45,14 @@ func (v *View) layerFile(layer string) (*os.File, error) {
 	return f, nil
 }
 
+// maxBaseFiles bounds the base files a view keeps open for reading; the
+// least recently used is closed first, so reading a large tree through a
+// mount does not run out of descriptors.
+const maxBaseFiles = 256
+
 func (v *View) baseFileLocked(st *inodeState) (*os.File, error) {
 	if st.baseFile != nil {
+		v.baseLRU.MoveToFront(st.baseElem)
 		return st.baseFile, nil
 	}
 	fd, err := v.base.open(st.rec.Origin, syscall.O_RDONLY)
@@ -53,7 +60,23 @@ func (v *View) baseFileLocked(st *inodeState) (*os.File, error) {
 		return nil, mapOSErr(err)
 	}
 	st.baseFile = os.NewFile(uintptr(fd), st.rec.Origin)
+	st.baseElem = v.baseLRU.PushFront(st)
+	for v.baseLRU.Len() > maxBaseFiles {
+		v.closeBaseLocked(v.baseLRU.Back().Value.(*inodeState))
+	}
 	return st.baseFile, nil
+}
+
+// closeBaseLocked closes st's base file. A read that resolved it just
+// before finds it closed and resolves again (see ReadAt).
+func (v *View) closeBaseLocked(st *inodeState) {
+	if st.baseFile == nil {
+		return
+	}
+	st.baseFile.Close()
+	st.baseFile = nil
+	v.baseLRU.Remove(st.baseElem)
+	st.baseElem = nil
 }
 
 // sourceLocked resolves block blk of st: active layer, then (below the
@@ -122,6 +145,15 @@ func (v *View) read(src source, dst []byte, inBlk int64) error {
 // end of the file. A block that fails its checksum is an ErrCorrupt error,
 // never wrong data.
 func (v *View) ReadAt(ino uint64, p []byte, off int64) (int, error) {
+	n, err := v.readAt(ino, p, off)
+	if errors.Is(err, os.ErrClosed) {
+		// A base file was closed under us (descriptor limit, repoint).
+		n, err = v.readAt(ino, p, off)
+	}
+	return n, err
+}
+
+func (v *View) readAt(ino uint64, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, ErrInvalid
 	}

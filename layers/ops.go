@@ -339,9 +339,7 @@ func (v *View) purge(b *batch, st *inodeState) {
 	}
 	delete(v.dirs, st.ino)
 	delete(v.dirty, st.ino)
-	if st.baseFile != nil {
-		st.baseFile.Close()
-	}
+	v.closeBaseLocked(st)
 	delete(v.inodes, st.ino)
 	v.purged[st.ino] = true
 }

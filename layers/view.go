@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -76,6 +77,7 @@ type inodeState struct {
 	dirtyRec    bool
 	dirtyBlocks map[uint64]struct{}
 	baseFile    *os.File
+	baseElem    *list.Element // in View.baseLRU while baseFile is open
 }
 
 type frozenRef struct {
@@ -121,6 +123,7 @@ type View struct {
 	inodes   map[uint64]*inodeState
 	purged   map[uint64]bool // forgotten inodes whose deletion may not be committed yet
 	dirs     map[uint64]*dirState
+	baseLRU  *list.List        // inodes with an open base file, most recent first
 	origins  map[uint64]string // base inode number -> base-relative path
 	bparent  map[uint64]uint64 // base inode number -> the directory that listed it
 	opens    map[uint64]int
@@ -217,6 +220,7 @@ func (v *View) setStackLocked(stack []string) error {
 			st.baseFile.Close()
 		}
 	}
+	v.baseLRU = list.New()
 	v.stack = stack
 	v.inodes = map[uint64]*inodeState{}
 	v.purged = map[uint64]bool{}
