@@ -26,6 +26,7 @@ var errnoTable = []struct {
 	{layers.ErrNoAttr, syscall.ENODATA},
 	{layers.ErrNotSupported, syscall.EOPNOTSUPP},
 	{layers.ErrStale, syscall.ESTALE},
+	{layers.ErrNameTooLong, syscall.ENAMETOOLONG},
 	{layers.ErrTooLarge, syscall.EFBIG},
 	{layers.ErrClosed, syscall.EIO},
 	{layers.ErrCorrupt, syscall.EIO},

@@ -37,6 +37,8 @@ var (
 	ErrClosed = errors.New("closed")
 	// ErrTooLarge: a value (xattr, name, file size) is over its limit.
 	ErrTooLarge = errors.New("too large")
+	// ErrNameTooLong: a name or symlink target is over its limit.
+	ErrNameTooLong = errors.New("name too long")
 	// ErrFrozen: a frozen layer was asked to change.
 	ErrFrozen = errors.New("layer is frozen")
 )

@@ -21,7 +21,7 @@ func checkName(name string) error {
 		return fmt.Errorf("name %q: %w", name, ErrInvalid)
 	}
 	if len(name) > MaxNameLen {
-		return fmt.Errorf("name of %d bytes: %w", len(name), ErrTooLarge)
+		return fmt.Errorf("name of %d bytes: %w", len(name), ErrNameTooLong)
 	}
 	return nil
 }
@@ -253,8 +253,11 @@ func (v *View) Mkdir(dir uint64, name string, mode uint32, c Caller) (Attr, erro
 
 // Symlink creates a symlink to target.
 func (v *View) Symlink(dir uint64, name, target string, c Caller) (Attr, error) {
-	if len(target) == 0 || len(target) > 4095 {
-		return Attr{}, fmt.Errorf("symlink target of %d bytes: %w", len(target), ErrInvalid)
+	if len(target) == 0 {
+		return Attr{}, fmt.Errorf("empty symlink target: %w", ErrInvalid)
+	}
+	if len(target) > 4095 {
+		return Attr{}, fmt.Errorf("symlink target of %d bytes: %w", len(target), ErrNameTooLong)
 	}
 	return v.newChild(dir, name, syscall.S_IFLNK|0o777, 0, target, c)
 }

@@ -148,13 +148,13 @@ func TestViewNamespace(t *testing.T) {
 		{"mknod of a dir", func() error { _, err := v.Mknod(RootIno, "x", syscall.S_IFDIR|0o755, 0, root); return err }(), ErrInvalid},
 		{"mknod of a symlink", func() error { _, err := v.Mknod(RootIno, "x", syscall.S_IFLNK|0o755, 0, root); return err }(), ErrInvalid},
 		{"empty symlink target", func() error { _, err := v.Symlink(RootIno, "x", "", root); return err }(), ErrInvalid},
-		{"long symlink target", func() error { _, err := v.Symlink(RootIno, "x", strings.Repeat("a", 4096), root); return err }(), ErrInvalid},
+		{"long symlink target", func() error { _, err := v.Symlink(RootIno, "x", strings.Repeat("a", 4096), root); return err }(), ErrNameTooLong},
 		{"name with slash", func() error { _, err := v.Mknod(RootIno, "a/b", 0o644, 0, root); return err }(), ErrInvalid},
 		{"dot", func() error { _, err := v.Mkdir(RootIno, ".", 0o755, root); return err }(), ErrInvalid},
 		{"dotdot", func() error { _, err := v.Mkdir(RootIno, "..", 0o755, root); return err }(), ErrInvalid},
 		{"empty name", func() error { _, err := v.Mkdir(RootIno, "", 0o755, root); return err }(), ErrInvalid},
 		{"NUL in name", func() error { _, err := v.Mkdir(RootIno, "a\x00", 0o755, root); return err }(), ErrInvalid},
-		{"long name", func() error { _, err := v.Mkdir(RootIno, strings.Repeat("n", 256), 0o755, root); return err }(), ErrTooLarge},
+		{"long name", func() error { _, err := v.Mkdir(RootIno, strings.Repeat("n", 256), 0o755, root); return err }(), ErrNameTooLong},
 	} {
 		wantErr(t, c.name, c.err, c.want)
 	}
