@@ -1,6 +1,6 @@
 # Strata's make targets. CI runs `make test` (see .ci/run).
 #
-#   make demo    build strata, mount a demo sandbox, write through it, unmount
+#   make demo    build strata, mount a demo sandbox, write, checkpoint, roll back, unmount
 #   make build   compile everything
 #   make test    all tests, then the race detector on the concurrent packages
 #   make lint    gofmt, go vet, staticcheck
@@ -65,9 +65,17 @@ demo:
 	$$s sandbox create demo --base $$d/base; \
 	$$s mount demo $$d/mnt; \
 	echo "written in the sandbox" > $$d/mnt/new.txt; \
+	$$s checkpoint create demo --label before; \
 	echo "changed in the sandbox" >> $$d/mnt/README; \
+	rm $$d/mnt/src/f2.txt $$d/mnt/new.txt; \
 	cat $$d/mnt/README; \
-	ls $$d/mnt $$d/base; \
+	ls $$d/mnt $$d/mnt/src; \
+	$$s checkpoint diff before; \
+	$$s rollback demo --to-checkpoint before; \
+	cat $$d/mnt/README $$d/mnt/new.txt; \
+	ls $$d/mnt $$d/mnt/src; \
+	$$s archive list demo; \
+	$$s checkpoint list demo; \
 	$$s status; \
 	$$s unmount demo; \
 	cat $$d/base/README; \

@@ -121,7 +121,13 @@ func (m *Manager) CreateTx(sandbox string, o Options, extra func(tx *layers.Txn,
 		if err := tx.Set(keyLayerHash(frozen), []byte(hash)); err != nil {
 			return err
 		}
-		return putCheckpoint(tx, cp)
+		if err := putCheckpoint(tx, cp); err != nil {
+			return err
+		}
+		if extra != nil {
+			return extra(tx, cp)
+		}
+		return nil
 	})
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("checkpoint %s: %w", sandbox, err)

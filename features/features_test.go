@@ -38,9 +38,13 @@ func TestFeatures(t *testing.T) {
 	}
 	suite := godog.TestSuite{
 		ScenarioInitializer: func(sc *godog.ScenarioContext) {
+			// First: its After hook closes files held open before the
+			// world's unmounts the sandboxes.
+			initCheckpointSteps(sc)
 			initWorld(sc)
 			initMountSteps(sc)
 			initFileSteps(sc)
+			initPlanSteps(sc)
 		},
 		Options: &godog.Options{
 			Format:   "pretty",

@@ -177,3 +177,180 @@ func TestCompareCorruptLayer(t *testing.T) {
 		t.Fatalf("base of a sandbox whose base is gone: got %v, want ErrNotFound", err)
 	}
 }
+
+// TestComparePathsThroughBaseDirs edits a file deep below untouched base
+// directories: its path is found through the base.
+func TestComparePathsThroughBaseDirs(t *testing.T) {
+	e := newEnv(t, MinBlockSize, func(base string) {
+		put(t, base+"/a/b/c", "c")
+		put(t, base+"/a/b/d/e", "e")
+	})
+	s := e.store
+	v := e.view()
+	defer func() { v.Close() }()
+	a := lookup(t, v, RootIno, "a")
+	b := lookup(t, v, a.Ino, "b")
+	c := lookup(t, v, b.Ino, "c")
+	_, err := v.WriteAt(c.Ino, []byte("C"), 0, false)
+	ok(t, "write", err)
+	// A base directory with contents is replaced by a new one.
+	d := lookup(t, v, b.Ino, "d")
+	ok(t, "unlink e", v.Unlink(d.Ino, "e"))
+	ok(t, "rmdir d", v.Rmdir(b.Ino, "d"))
+	nd := mkdir(t, v, b.Ino, "d")
+	mkfile(t, v, nd.Ino, "f", "f")
+	l1 := freeze(t, s, "sb")
+	ch, err := s.Compare("sb", "", l1, true)
+	ok(t, "compare", err)
+	var paths []string
+	removed := 0
+	for _, i := range ch.Inodes {
+		if i.New == nil {
+			removed++
+			continue
+		}
+		paths = append(paths, i.Path)
+	}
+	if removed != 2 {
+		t.Fatalf("removed inodes: got %d, want 2 (old d and e)", removed)
+	}
+	sort.Strings(paths)
+	if want := []string{"a/b/c", "a/b/d", "a/b/d/f"}; !sameStrings(paths, want) {
+		t.Fatalf("changed inode paths: got %v, want %v", paths, want)
+	}
+	var replaced *EntryChange
+	for i := range ch.Entries {
+		if ch.Entries[i].Name == "d" {
+			replaced = &ch.Entries[i]
+		}
+	}
+	if replaced == nil || replaced.OldPath != "a/b/d" || replaced.NewPath != "a/b/d" {
+		t.Fatalf("replaced dir: got %+v", replaced)
+	}
+	if len(replaced.OldTree) != 1 || replaced.OldTree[0].Path != "a/b/d/e" {
+		t.Fatalf("old tree: got %+v, want [a/b/d/e]", replaced.OldTree)
+	}
+	if len(replaced.NewTree) != 1 || replaced.NewTree[0].Path != "a/b/d/f" || replaced.NewTree[0].Size != 1 {
+		t.Fatalf("new tree: got %+v, want [a/b/d/f]", replaced.NewTree)
+	}
+}
+
+func TestCompareDamagedStates(t *testing.T) {
+	// Each case builds l1 (f created, 8 KiB) and l2 (f changed), then
+	// damages something Compare(l1, l2) must read.
+	cases := []struct {
+		name   string
+		damage func(t *testing.T, s *Store, l1, l2 string, f uint64)
+		want   error
+	}{
+		{"record in the shared layer", func(t *testing.T, s *Store, l1, l2 string, f uint64) {
+			corrupt(t, s, keyInode(l1, f), []byte{9})
+		}, ErrCorrupt},
+		{"block map in the shared layer", func(t *testing.T, s *Store, l1, l2 string, f uint64) {
+			corrupt(t, s, keyBlock(l1, f, 1), []byte{9})
+		}, ErrCorrupt},
+		{"entry in the delta layer", func(t *testing.T, s *Store, l1, l2 string, f uint64) {
+			corrupt(t, s, keyEntry(l2, RootIno, "f"), []byte{0xff})
+		}, ErrCorrupt},
+		{"record without a parent", func(t *testing.T, s *Store, l1, l2 string, f uint64) {
+			corrupt(t, s, keyInode(l2, f), encodeInode(&Inode{Mode: 0o100644, Nlink: 1, Size: 3, Floor: -1}))
+		}, ErrNotFound},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, MinBlockSize, nil)
+			v := e.view()
+			f := mkfile(t, v, RootIno, "f", strings.Repeat("f", 2*MinBlockSize))
+			l1 := freeze(t, e.store, "sb")
+			_, err := v.WriteAt(f.Ino, []byte("F"), 0, false)
+			ok(t, "write", err)
+			l2 := freeze(t, e.store, "sb")
+			ok(t, "close", v.Close())
+			c.damage(t, e.store, l1, l2, f.Ino)
+			_, err = e.store.Compare("sb", l1, l2, true)
+			wantErr(t, "compare", err, c.want)
+		})
+	}
+}
+
+func TestCompareRenameAwayAndBack(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	defer v.Close()
+	mkfile(t, v, RootIno, "f", "f")
+	l1 := freeze(t, e.store, "sb")
+	ok(t, "rename away", v.Rename(RootIno, "f", RootIno, "g", 0))
+	ok(t, "rename back", v.Rename(RootIno, "g", RootIno, "f", 0))
+	l2 := freeze(t, e.store, "sb")
+	ch, err := e.store.Compare("sb", l1, l2, true)
+	ok(t, "compare", err)
+	if len(ch.Entries) != 0 {
+		t.Fatalf("entries after a rename away and back: got %+v, want none", ch.Entries)
+	}
+}
+
+// TestCompareDamagedTrees damages what Compare reads to name paths and
+// list the trees of replaced directories; every damage is an error.
+func TestCompareDamagedTrees(t *testing.T) {
+	type state struct {
+		s          *Store
+		l1, l2     string
+		old, nd    uint64 // the replaced directory d (old) and the kept one
+		oldSub, fx uint64
+	}
+	cases := []struct {
+		name   string
+		damage func(t *testing.T, st state)
+		want   error
+	}{
+		{"entry below a replaced dir", func(t *testing.T, st state) {
+			corrupt(t, st.s, keyEntry(st.l1, st.old, "bad"), []byte{0xff})
+		}, ErrCorrupt},
+		{"entry deep below a replaced dir", func(t *testing.T, st state) {
+			corrupt(t, st.s, keyEntry(st.l1, st.oldSub, "bad"), []byte{0xff})
+		}, ErrCorrupt},
+		{"dangling entry below a replaced dir", func(t *testing.T, st state) {
+			corrupt(t, st.s, keyEntry(st.l1, st.old, "ghost"), encodeEntry(entry{Ino: 1<<62 + 777777, Type: 0o100000}))
+		}, ErrNotFound},
+		{"kept dir without a parent", func(t *testing.T, st state) {
+			corrupt(t, st.s, keyInode(st.l2, st.nd), encodeInode(&Inode{Mode: 0o40755, Nlink: 2, Size: 4096, Floor: -1}))
+		}, ErrNotFound},
+		{"kept dir record", func(t *testing.T, st state) {
+			corrupt(t, st.s, keyInode(st.l1, st.nd), []byte{9})
+		}, ErrCorrupt},
+		{"block map in the delta layer", func(t *testing.T, st state) {
+			corrupt(t, st.s, keyBlock(st.l2, st.fx, 0), []byte{9})
+		}, ErrCorrupt},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, MinBlockSize, nil)
+			v := e.view()
+			d := mkdir(t, v, RootIno, "d")
+			sub := mkdir(t, v, d.Ino, "sub")
+			mkfile(t, v, sub.Ino, "x", "x")
+			nd := mkdir(t, v, RootIno, "nd")
+			fx := mkfile(t, v, nd.Ino, "fx", "fx")
+			l1 := freeze(t, e.store, "sb")
+			ok(t, "unlink", v.Unlink(sub.Ino, "x"))
+			ok(t, "rmdir sub", v.Rmdir(d.Ino, "sub"))
+			ok(t, "rmdir d", v.Rmdir(RootIno, "d"))
+			mkdir(t, v, RootIno, "d")
+			mkfile(t, v, nd.Ino, "y", "y")
+			_, err := v.WriteAt(fx.Ino, []byte("FX"), 0, false)
+			ok(t, "write", err)
+			l2 := freeze(t, e.store, "sb")
+			ok(t, "close", v.Close())
+			c.damage(t, state{s: e.store, l1: l1, l2: l2, old: d.Ino, nd: nd.Ino, oldSub: sub.Ino, fx: fx.Ino})
+			_, err = e.store.Compare("sb", l1, l2, true)
+			wantErr(t, "compare", err, c.want)
+		})
+	}
+}
+
+func TestOpenViewEmptyHead(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	corrupt(t, e.store, keySandbox("sb"), []byte(`{"name":"sb","base":"`+e.base+`","block_size":4096,"head":""}`))
+	_, err := e.store.OpenView("sb", false)
+	wantErr(t, "open a sandbox without a head", err, ErrCorrupt)
+}

@@ -492,3 +492,27 @@ func TestRenameIntoVeryDeepTree(t *testing.T) {
 	}
 	wantErr(t, "rename x below itself", v.Rename(RootIno, "x", lookup(t, v, x.Ino, "d").Ino, "x", 0), ErrInvalid)
 }
+
+// TestDataFileSyncErrors: with nothing left to seal, Sync and Freeze still
+// flush the data file and report when that fails; a truncate that zeroes
+// the tail of an unsealed block reports a failed write.
+func TestDataFileSyncErrors(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	f := mkfile(t, v, RootIno, "f", "0123456789")
+	ok(t, "sync", v.Sync())
+	_, err := v.WriteAt(f.Ino, []byte("x"), 0, false) // a fresh unsealed slot
+	ok(t, "write", err)
+	v.mu.Lock()
+	v.files[v.activeLayer()].Close()
+	v.mu.Unlock()
+	sz := int64(5)
+	_, err = v.SetAttr(f.Ino, SetAttrIn{Size: &sz})
+	wantErr(t, "truncate", err, os.ErrClosed)
+	v.mu.Lock()
+	v.dirty = map[uint64]*inodeState{} // nothing to seal
+	v.mu.Unlock()
+	wantErr(t, "sync", v.Sync(), syscall.EBADF)
+	_, _, err = e.store.Freeze("sb", noFreezeFn)
+	wantErr(t, "freeze", err, os.ErrClosed)
+}

@@ -199,11 +199,6 @@ func (h *harness) run(ctx context.Context) (rep *report, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("fixture for %s: %w", w.name, err)
 		}
-		if w.warmup {
-			if _, _, err := h.runOne(ctx, w, usable[0], base, -1); err != nil {
-				h.logf("%s warm-up on native: %v", w.name, err)
-			}
-		}
 		for r := 0; r < h.cfg.Reps; r++ {
 			for _, d := range usable {
 				if err := ctx.Err(); err != nil {
@@ -226,6 +221,7 @@ func (h *harness) run(ctx context.Context) (rep *report, err error) {
 	rep.Notes = slices.Clone(h.notes)
 	h.mu.Unlock()
 	rep.fill(acc, h.cfg.Workloads)
+	rep.Meta.LoadEnd = loadAverage()
 	return rep, nil
 }
 
@@ -256,8 +252,13 @@ func (h *harness) runOne(ctx context.Context, w *workload, d *driver, base strin
 		}
 		h.removeRun(dir)
 	}()
-	// Start every run from the same state: nothing dirty in the page cache.
-	unix.Sync()
+	// Start every run from the same state: nothing dirty, nothing cached.
+	// Dropping caches also matters for ext4 without a journal (as on our
+	// VMs): its inode allocator skips inodes deleted in the last minutes
+	// while their inode table blocks are cached, scanning thousands of them
+	// per create after a mass delete (ialloc.c recently_deleted), which made
+	// small-files creates 6x slower in every repetition after the first.
+	_ = dropCaches() // when it fails, it has still synced; the note says so
 
 	// Watchdog: a wedged FUSE server would block the workload forever.
 	var timedOut atomic.Bool
@@ -303,16 +304,26 @@ func (h *harness) meta() meta {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
 	return meta{
-		Date:     time.Now().UTC().Format(time.RFC3339),
-		Kernel:   unix.ByteSliceToString(uts.Release[:]),
-		CPUs:     runtime.NumCPU(),
-		Go:       runtime.Version(),
-		WorkDir:  h.work,
-		WorkFS:   fsType(h.work),
-		Scale:    h.cfg.Scale,
-		Reps:     h.cfg.Reps,
-		ColdRead: h.dropErr == nil,
+		Date:      time.Now().UTC().Format(time.RFC3339),
+		Kernel:    unix.ByteSliceToString(uts.Release[:]),
+		CPUs:      runtime.NumCPU(),
+		Go:        runtime.Version(),
+		WorkDir:   h.work,
+		WorkFS:    fsType(h.work),
+		Scale:     h.cfg.Scale,
+		Reps:      h.cfg.Reps,
+		ColdRead:  h.dropErr == nil,
+		LoadStart: loadAverage(),
 	}
+}
+
+// loadAverage is the 1-minute load average, or -1 if unknown.
+func loadAverage() float64 {
+	var info unix.Sysinfo_t
+	if unix.Sysinfo(&info) != nil {
+		return -1
+	}
+	return float64(info.Loads[0]) / (1 << unix.SI_LOAD_SHIFT)
 }
 
 // accumulator gathers per-run results until the report is built.

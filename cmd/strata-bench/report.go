@@ -18,6 +18,10 @@ type meta struct {
 	Scale    float64 `json:"scale"`
 	Reps     int     `json:"reps"`
 	ColdRead bool    `json:"cold_read"` // caches could be dropped
+	// LoadStart and LoadEnd are the 1-minute load averages when the run
+	// started and ended: other work on the machine skews the figures.
+	LoadStart float64 `json:"load_start"`
+	LoadEnd   float64 `json:"load_end"`
 }
 
 // result is one workload phase on one target.
@@ -166,8 +170,9 @@ func (r *report) Markdown() string {
 		size = fmt.Sprintf("sizes scaled by %g", m.Scale)
 	}
 	fmt.Fprintf(&b, "# strata-bench\n\n")
-	fmt.Fprintf(&b, "%s, Linux %s, %d CPUs, %s. %s; median of %d repetition(s), each on a fresh target; work dir on %s.\n\n",
-		m.Date, m.Kernel, m.CPUs, m.Go, upperFirst(size), m.Reps, m.WorkFS)
+	fmt.Fprintf(&b, "%s, Linux %s, %d CPUs, %s. %s; median of %d repetition(s), each on a fresh target after sync and drop_caches; work dir on %s. "+
+		"Load average %.1f at the start, %.1f at the end.\n\n",
+		m.Date, m.Kernel, m.CPUs, m.Go, upperFirst(size), m.Reps, m.WorkFS, m.LoadStart, m.LoadEnd)
 
 	b.WriteString("## Targets\n\n| target | status | what |\n| --- | --- | --- |\n")
 	for _, t := range r.Targets {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -315,9 +316,11 @@ func setupStrata(ctx context.Context, h *harness, base, dir string) (*instance, 
 		}
 		defer out.Close()
 		_, _ = fmt.Fprintf(out, "$ strata %s\n", strings.Join(args, " "))
+		from, _ := out.Seek(0, io.SeekCurrent)
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Run(); err != nil {
 			text, _ := os.ReadFile(out.Name())
+			text = text[min(from, int64(len(text))):]
 			return fmt.Errorf("strata %s: %v: %s", strings.Join(args, " "), err, lastLines(string(text), 5))
 		}
 		return nil

@@ -17,11 +17,8 @@ import (
 // A workload runs once on a fresh target and reports one sample per phase.
 // Its names say the full sizes; -size and -quick scale them.
 type workload struct {
-	name   string
-	phases []string // "" for a single unnamed phase
-	// warmup: run once on native, untimed, before the repetitions, so the
-	// first timed run does not pay for loading tools from disk.
-	warmup  bool
+	name    string
+	phases  []string // "" for a single unnamed phase
 	about   func(sizes) string
 	fixture func(sizes) fixture
 	run     func(ctx context.Context, e *env) ([]sample, error)
@@ -71,10 +68,11 @@ var workloads = []*workload{
 	},
 	{
 		name:   "rand-4k",
-		phases: []string{"read", "write"},
+		phases: []string{"read cold", "read warm", "write"},
 		about: func(s sizes) string {
-			return fmt.Sprintf("%d random 4 KiB preads of a %s base file (caches dropped, then the file read once, untimed); "+
-				"then open it O_RDWR (overlays copy it up here), %d random 4 KiB pwrites, fsync", s.RandOps, fmtBytes(s.RandFile), s.RandOps)
+			return fmt.Sprintf("%d random 4 KiB preads of a %s base file after dropping caches (read cold); "+
+				"the whole file read through the same descriptor (untimed), then %d more (read warm); "+
+				"then open it O_RDWR (overlays copy it up here), %d random 4 KiB pwrites, fsync", s.RandOps, fmtBytes(s.RandFile), s.RandOps, s.RandOps)
 		},
 		fixture: func(s sizes) fixture { return dataFixture("rand.bin", idRand, s.RandFile) },
 		run:     runRand4K,
@@ -102,7 +100,6 @@ var workloads = []*workload{
 			return fmt.Sprintf("go build ./... of a generated module of %d packages x %d files, GOCACHE fresh inside the target", s.GoPkgs, s.GoFiles)
 		},
 		fixture: func(s sizes) fixture { return goModFixture(s.GoPkgs, s.GoFiles) },
-		warmup:  true, // the go toolchain's binaries
 		run:     runGoBuild,
 	},
 	{
@@ -196,6 +193,11 @@ func readChecked(ctx context.Context, path string, id uint64, size int64) error 
 		return err
 	}
 	defer f.Close()
+	return readAllChecked(ctx, f, id, size)
+}
+
+// readAllChecked is readChecked on an open file whose offset is 0.
+func readAllChecked(ctx context.Context, f *os.File, id uint64, size int64) error {
 	buf := make([]byte, mib)
 	var off int64
 	for {
@@ -224,34 +226,41 @@ func runRand4K(ctx context.Context, e *env) ([]sample, error) {
 	path := filepath.Join(e.root, "rand.bin")
 	blocks := e.sz.RandFile / sector
 	buf := make([]byte, sector)
+	ops := float64(e.sz.RandOps)
+	var out []sample
 
-	// Read phase: from a known state, the file read once through the target.
+	// Read phases on one descriptor: cold from a dropped cache, then warm
+	// after reading the whole file through it (untimed).
 	e.dropCaches()
-	if err := readChecked(ctx, path, idRand, e.sz.RandFile); err != nil {
-		return nil, fmt.Errorf("warm-up: %w", err)
-	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	r := rand.New(rand.NewPCG(42, 1))
-	start := time.Now()
-	for i := 0; i < e.sz.RandOps; i++ {
-		off := r.Int64N(blocks) * sector
-		if _, err := f.ReadAt(buf, off); err != nil {
-			return nil, fmt.Errorf("pread at %d: %w", off, err)
+	for seq, phase := range []string{"read cold", "read warm"} {
+		if phase == "read warm" {
+			if err := readAllChecked(ctx, f, idRand, e.sz.RandFile); err != nil {
+				return nil, fmt.Errorf("warm-up: %w", err)
+			}
 		}
-		if err := checkData(buf, idRand, off); err != nil {
-			return nil, err
+		r := rand.New(rand.NewPCG(42, uint64(seq)))
+		start := time.Now()
+		for i := 0; i < e.sz.RandOps; i++ {
+			off := r.Int64N(blocks) * sector
+			if _, err := f.ReadAt(buf, off); err != nil {
+				return nil, fmt.Errorf("pread at %d: %w", off, err)
+			}
+			if err := checkData(buf, idRand, off); err != nil {
+				return nil, err
+			}
 		}
+		out = append(out, sample{phase: phase, dur: time.Since(start), amount: ops, unit: "IOPS"})
 	}
-	read := time.Since(start)
 	f.Close()
 
 	// Write phase, from the open(O_RDWR) that makes overlays copy up.
-	r = rand.New(rand.NewPCG(42, 2))
-	start = time.Now()
+	r := rand.New(rand.NewPCG(42, 2))
+	start := time.Now()
 	w, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
@@ -273,12 +282,7 @@ func runRand4K(ctx context.Context, e *env) ([]sample, error) {
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
-	write := time.Since(start)
-	ops := float64(e.sz.RandOps)
-	return []sample{
-		{phase: "read", dur: read, amount: ops, unit: "IOPS"},
-		{phase: "write", dur: write, amount: ops, unit: "IOPS"},
-	}, nil
+	return append(out, sample{phase: "write", dur: time.Since(start), amount: ops, unit: "IOPS"}), nil
 }
 
 func runSmallFiles(ctx context.Context, e *env) ([]sample, error) {

@@ -21,6 +21,7 @@ func newSandboxCommand(g *globals) *cobra.Command {
 		newSandboxListCommand(g),
 		newSandboxShowCommand(g),
 		newSandboxRemoveCommand(g),
+		newSandboxForkCommand(g),
 	)
 	return cmd
 }
@@ -177,7 +178,7 @@ func newSandboxRemoveCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:     "rm NAME",
 		Aliases: []string{"remove"},
-		Short:   "Remove a sandbox and the layers only it uses",
+		Short:   "Remove a sandbox, its checkpoints and archives, and the layers only it uses",
 		Args:    exactArgs("NAME"),
 		RunE:    func(cmd *cobra.Command, args []string) error { return runSandboxRemove(g, args[0]) },
 	}
@@ -198,5 +199,34 @@ func runSandboxRemove(g *globals, name string) error {
 		return printJSON(g.stdout, sb)
 	}
 	_, err = fmt.Fprintf(g.stdout, "removed sandbox %s\n", name)
+	return err
+}
+
+func newSandboxForkCommand(g *globals) *cobra.Command {
+	var from string
+	cmd := &cobra.Command{
+		Use:   "fork NEW --from CHECKPOINT",
+		Short: "Create a sandbox from a checkpoint, sharing its layers (no data is copied)",
+		Args:  exactArgs("NEW"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if from == "" {
+				return usageErrorf(cmd, "missing --from CHECKPOINT")
+			}
+			return runSandboxFork(g, args[0], from)
+		},
+	}
+	cmd.Flags().StringVar(&from, "from", "", "the checkpoint to start from: id, unique id prefix, or label (required)")
+	return cmd
+}
+
+func runSandboxFork(g *globals, name, from string) error {
+	var sb control.Sandbox
+	if err := g.call("fork "+name, "", control.OpSandboxFork, control.ForkArgs{Name: name, From: from}, &sb); err != nil {
+		return err
+	}
+	if g.json {
+		return printJSON(g.stdout, sb)
+	}
+	_, err := fmt.Fprintf(g.stdout, "forked sandbox %s from checkpoint %s over %s\n", sb.Name, from, sb.Base)
 	return err
 }

@@ -64,6 +64,13 @@ func newRootCommand(g *globals) *cobra.Command {
 		newUnmountCommand(g),
 		newStatusCommand(g),
 		newServeCommand(g),
+		newCheckpointCommand(g),
+		newRollbackCommand(g),
+		newVerifyCommand(g),
+		newLayersCommand(g),
+		newArchiveCommand(g),
+		newGCCommand(g),
+		newPlanCommand(g),
 	)
 	return root
 }

@@ -3,6 +3,7 @@ package control
 import (
 	"errors"
 
+	"github.com/strata-sandbox/strata/checkpoint"
 	"github.com/strata-sandbox/strata/layers"
 )
 
@@ -31,6 +32,8 @@ var codes = []struct {
 	code string
 	err  error
 }{
+	{"ambiguous", checkpoint.ErrAmbiguous},
+	{"other_sandbox", checkpoint.ErrOtherSandbox},
 	{"not_found", layers.ErrNotFound},
 	{"exists", layers.ErrExists},
 	{"mounted", layers.ErrMounted},

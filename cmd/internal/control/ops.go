@@ -144,7 +144,8 @@ func (s *Server) sandboxRemove(ctx context.Context, a NameArgs) (Sandbox, error)
 	if sb.Mounted {
 		return Sandbox{}, coded(layers.ErrMounted, fmt.Sprintf("sandbox %s is mounted at %s", a.Name, sb.Mountpoint))
 	}
-	if err := s.store.RemoveSandbox(a.Name); err != nil {
+	// The checkpoint and archive records go with the sandbox.
+	if err := s.checkpoints().RemoveSandbox(a.Name); err != nil {
 		return Sandbox{}, err
 	}
 	return sb, nil

@@ -113,6 +113,8 @@ func NewServer(st *layers.Store, o Options) *Server {
 	s.Handle(OpSandboxRemove, Typed(s.sandboxRemove))
 	s.Handle(OpMount, Typed(s.mount))
 	s.Handle(OpUnmount, Typed(s.unmount))
+	s.registerCheckpointOps()
+	s.registerPlanOps()
 	return s
 }
 
