@@ -34,8 +34,11 @@
 //
 // Handles remember the view's epoch. After a rollback, I/O on a handle
 // opened before it fails with ESTALE (as NFS does for a file replaced on the
-// server): an old handle never silently reads or writes the new state. New
-// opens see the checkpoint. A process whose working directory is inside the
+// server), with one exception: a read the kernel answers from its page
+// cache. The rollback drops the file's pages, so such a read can only see
+// pages a newer open brought in, which hold the checkpoint's content;
+// nothing of the rolled-back state is ever served. New opens see the
+// checkpoint. A process whose working directory is inside the
 // sandbox keeps it: the directory keeps its inode number, and paths resolve
 // in the checkpoint's tree (or fail with ENOENT where it has no such name).
 package fs

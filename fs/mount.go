@@ -37,8 +37,8 @@ type Mount struct {
 // it holds, so a repoint could not invalidate them, and a failed lookup
 // costs one map access here.
 var (
-	entryTimeout = 5 * time.Second
-	attrTimeout  = 5 * time.Second
+	entryTimeout = time.Hour
+	attrTimeout  = time.Hour
 )
 
 // New mounts v at dir and returns once the mount is live. As root it

@@ -291,9 +291,14 @@ func decodeEntry(b []byte) (entry, error) {
 type blockRef struct {
 	Slot uint64
 	CRCs []uint32
+	// open: the slot belongs to the active layer and has not been sealed
+	// (stored) yet, so it may be written in place. dirty marks its pages
+	// whose checksum is stale. Neither is stored.
+	open  bool
+	dirty []bool
 }
 
-func (r blockRef) sealed() bool { return r.CRCs != nil }
+func (r blockRef) sealed() bool { return !r.open }
 
 func encodeBlockRef(r blockRef) []byte {
 	b := make([]byte, 0, 10+4*len(r.CRCs))

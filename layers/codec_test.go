@@ -123,8 +123,8 @@ func TestBlockRefRoundTrip(t *testing.T) {
 			t.Fatalf("ref %+v: got %+v, %v", r, got, err)
 		}
 	}
-	if (blockRef{}).sealed() {
-		t.Fatalf("a ref without checksums reports sealed")
+	if (blockRef{open: true}).sealed() {
+		t.Fatalf("an open ref reports sealed")
 	}
 	good := encodeBlockRef(blockRef{Slot: 3, CRCs: []uint32{7, 8}})
 	for _, b := range [][]byte{nil, {0x80}, {1}, {1, 0}, good[:len(good)-1], append(append([]byte(nil), good...), 0)} {

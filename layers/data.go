@@ -93,7 +93,11 @@ func (v *View) sourceLocked(st *inodeState, blk uint64) (source, error) {
 // sourceBlock is sourceLocked without opening the base file.
 func (v *View) sourceBlock(st *inodeState, blk uint64) (source, error) {
 	if ref, ok := st.active[blk]; ok {
-		return source{kind: srcSlot, f: v.files[v.activeLayer()], off: int64(ref.Slot) * v.bs, crcs: ref.CRCs, blk: blk}, nil
+		src := source{kind: srcSlot, f: v.files[v.activeLayer()], off: int64(ref.Slot) * v.bs, blk: blk}
+		if ref.sealed() {
+			src.crcs = ref.CRCs
+		}
+		return src, nil
 	}
 	start := int64(blk) * v.bs
 	if st.inActive && st.rec.Floor >= 0 && start >= st.rec.Floor {
@@ -234,16 +238,34 @@ func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi int64) (*bl
 		}
 	}
 	f := v.files[v.activeLayer()]
-	nref := &blockRef{Slot: v.nextSlot}
+	pages := int(v.bs / pageSize)
+	nref := &blockRef{Slot: v.nextSlot, open: true, dirty: make([]bool, pages)}
 	v.nextSlot++
 	if old != nil {
 		if _, err := f.WriteAt(old, int64(nref.Slot)*v.bs); err != nil {
 			return nil, mapOSErr(err)
 		}
+		nref.CRCs = pageCRCs(old)
+	} else {
+		// A fresh slot is a hole: every page reads as zeros.
+		nref.CRCs = make([]uint32, pages)
+		for i := range nref.CRCs {
+			nref.CRCs[i] = zeroPageCRC
+		}
 	}
 	st.active[blk] = nref
 	v.markBlock(st, blk)
 	return nref, nil
+}
+
+var zeroPageCRC = crc32.Checksum(make([]byte, pageSize), castagnoli)
+
+// touchPages marks the pages of ref that [lo, hi) of the block covers as
+// changed, so that sealing recomputes only their checksums.
+func touchPages(ref *blockRef, lo, hi int64) {
+	for p := lo / pageSize; p <= (hi-1)/pageSize && p < int64(len(ref.dirty)); p++ {
+		ref.dirty[p] = true
+	}
 }
 
 func (v *View) markBlock(st *inodeState, blk uint64) {
@@ -294,8 +316,10 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 	}
 	v.copyUp(st)
 	type piece struct {
-		off int64
-		src []byte
+		off    int64
+		src    []byte
+		ref    *blockRef
+		lo, hi int64
 	}
 	var pieces []piece
 	end := off + int64(len(p))
@@ -308,7 +332,7 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 			v.mu.Unlock()
 			return 0, err
 		}
-		pieces = append(pieces, piece{int64(ref.Slot)*v.bs + inBl, p[pos-off : pos-off+l]})
+		pieces = append(pieces, piece{int64(ref.Slot)*v.bs + inBl, p[pos-off : pos-off+l], ref, inBl, inBl + l})
 		pos += l
 	}
 	f := v.files[v.activeLayer()]
@@ -319,6 +343,9 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 		}
 	}
 	v.mu.Lock()
+	for _, pc := range pieces {
+		touchPages(pc.ref, pc.lo, pc.hi)
+	}
 	if end > st.rec.Size {
 		st.rec.Size = end
 	}
@@ -351,6 +378,7 @@ func (v *View) truncateLocked(st *inodeState, size int64) error {
 			if _, err := v.files[v.activeLayer()].WriteAt(zeros, int64(ref.Slot)*v.bs+inBl); err != nil {
 				return mapOSErr(err)
 			}
+			touchPages(ref, inBl, v.bs)
 		}
 		first := uint64((size + v.bs - 1) / v.bs)
 		for blk := range st.active {

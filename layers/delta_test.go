@@ -315,6 +315,15 @@ func TestCompareDamagedTrees(t *testing.T) {
 		{"kept dir without a parent", func(t *testing.T, st state) {
 			corrupt(t, st.s, keyInode(st.l2, st.nd), encodeInode(&Inode{Mode: 0o40755, Nlink: 2, Size: 4096, Floor: -1}))
 		}, ErrNotFound},
+		{"kept dir without a parent before", func(t *testing.T, st state) {
+			corrupt(t, st.s, keyInode(st.l1, st.nd), encodeInode(&Inode{Mode: 0o40755, Nlink: 2, Size: 4096, Floor: -1}))
+		}, ErrNotFound},
+		{"kept dir its own parent", func(t *testing.T, st state) {
+			corrupt(t, st.s, keyInode(st.l2, st.nd), encodeInode(&Inode{Mode: 0o40755, Nlink: 2, Size: 4096, Floor: -1, HasParent: true, Parent: st.nd, Name: "nd"}))
+		}, ErrCorrupt},
+		{"kept dir with a missing parent", func(t *testing.T, st state) {
+			corrupt(t, st.s, keyInode(st.l2, st.nd), encodeInode(&Inode{Mode: 0o40755, Nlink: 2, Size: 4096, Floor: -1, HasParent: true, Parent: 1<<62 + 31337, Name: "nd"}))
+		}, ErrNotFound},
 		{"kept dir record", func(t *testing.T, st state) {
 			corrupt(t, st.s, keyInode(st.l1, st.nd), []byte{9})
 		}, ErrCorrupt},
@@ -331,7 +340,9 @@ func TestCompareDamagedTrees(t *testing.T) {
 			mkfile(t, v, sub.Ino, "x", "x")
 			nd := mkdir(t, v, RootIno, "nd")
 			fx := mkfile(t, v, nd.Ino, "fx", "fx")
+			mkfile(t, v, nd.Ino, "gone", "gone")
 			l1 := freeze(t, e.store, "sb")
+			ok(t, "unlink gone", v.Unlink(nd.Ino, "gone"))
 			ok(t, "unlink", v.Unlink(sub.Ino, "x"))
 			ok(t, "rmdir sub", v.Rmdir(d.Ino, "sub"))
 			ok(t, "rmdir d", v.Rmdir(RootIno, "d"))

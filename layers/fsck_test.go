@@ -4,7 +4,165 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/dgraph-io/badger/v4"
 )
+
+// fsckEnv is a healthy store: sandbox sb over a base with one file, a
+// frozen layer holding d/x (two blocks) and an active layer on top.
+type fsckEnv struct {
+	*testEnv
+	l1, head string
+	d, x, f  uint64
+}
+
+func newFsckEnv(t *testing.T) *fsckEnv {
+	t.Helper()
+	e := newEnv(t, MinBlockSize, func(base string) { put(t, base+"/f", "base file") })
+	v := e.view()
+	d := mkdir(t, v, RootIno, "d")
+	x := mkfile(t, v, d.Ino, "x", strings.Repeat("x", 2*MinBlockSize))
+	f := lookup(t, v, RootIno, "f")
+	ok(t, "close", v.Close())
+	l1 := freeze(t, e.store, "sb")
+	info, _ := e.store.Sandbox("sb")
+	return &fsckEnv{testEnv: e, l1: l1, head: info.Head, d: d.Ino, x: x.Ino, f: f.Ino}
+}
+
+func TestFsckHealthy(t *testing.T) {
+	e := newFsckEnv(t)
+	// A key outside Strata's tables is none of fsck's business.
+	corrupt(t, e.store, []byte("zz"), []byte("foreign"))
+	rep, err := e.store.Fsck()
+	ok(t, "fsck", err)
+	if len(rep.Problems) != 0 {
+		t.Fatalf("healthy store: got problems %+v", rep.Problems)
+	}
+	if rep.Sandboxes != 1 || rep.Layers != 2 || rep.Blocks != 2 || rep.Inodes < 3 || rep.Entries < 2 || rep.Paths < 4 {
+		t.Fatalf("counts: got %+v", rep)
+	}
+	// Archived layers (out of every stack) are checked too, and are fine.
+	_, err = e.store.Repoint("sb", e.l1, noRepointFn)
+	ok(t, "repoint", err)
+	v := e.view()
+	_, err = v.WriteAt(lookup(t, v, lookup(t, v, RootIno, "d").Ino, "x").Ino, []byte("new"), 0, false)
+	ok(t, "write", err)
+	ok(t, "close", v.Close())
+	l2 := freeze(t, e.store, "sb")
+	_, err = e.store.Repoint("sb", e.l1, noRepointFn)
+	ok(t, "repoint again", err)
+	if l, _ := e.store.Layer(l2); l.State != StateArchived {
+		t.Fatalf("l2: got state %q, want archived", l.State)
+	}
+	rep, err = e.store.Fsck()
+	ok(t, "fsck", err)
+	if len(rep.Problems) != 0 || rep.Blocks != 3 {
+		t.Fatalf("store with archived layers: got %d blocks, problems %+v; want 3 blocks, none", rep.Blocks, rep.Problems)
+	}
+}
+
+func TestFsckFindsDamage(t *testing.T) {
+	const fakeLayer = "01ZZZZZZZZZZZZZZZZZZZZZZZZ" // 26 characters, like a ULID
+	set := func(t *testing.T, s *Store, key, val []byte) { corrupt(t, s, key, val) }
+	cases := []struct {
+		name   string
+		damage func(t *testing.T, e *fsckEnv)
+		kind   string
+		detail string
+		path   string
+	}{
+		{"sandbox record", func(t *testing.T, e *fsckEnv) { set(t, e.store, keySandbox("bad"), []byte("{")) }, "record", "sandbox record", ""},
+		{"layer record", func(t *testing.T, e *fsckEnv) { set(t, e.store, keyLayer("bad"), []byte("{")) }, "record", "layer record", ""},
+		{"malformed key", func(t *testing.T, e *fsckEnv) { set(t, e.store, []byte("i/short"), []byte("x")) }, "record", "malformed key", ""},
+		{"inode key", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, append(prefixLayerTable(tInode, e.l1), 1, 2), []byte("x"))
+		}, "record", "malformed inode key", ""},
+		{"inode record", func(t *testing.T, e *fsckEnv) { set(t, e.store, keyInode(e.l1, e.x), []byte{9}) }, "record", "inode record", "d/x"},
+		{"entry key", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, append(prefixLayerTable(tEntry, e.l1), 1), []byte("x"))
+		}, "record", "malformed entry key", ""},
+		{"entry value", func(t *testing.T, e *fsckEnv) { set(t, e.store, keyEntry(e.l1, e.d, "bad"), []byte{0xff}) }, "record", "entry \"bad\"", ""},
+		{"block key", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, append(prefixLayerTable(tBlock, e.l1), 1), []byte("x"))
+		}, "record", "malformed block key", ""},
+		{"block ref", func(t *testing.T, e *fsckEnv) { set(t, e.store, keyBlock(e.l1, e.x, 0), []byte{1}) }, "record", "block ref", ""},
+		{"checksum count", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, keyBlock(e.l1, e.x, 0), encodeBlockRef(blockRef{Slot: 0, CRCs: []uint32{1, 2}}))
+		}, "record", "has 2 checksums", ""},
+		{"key of a missing layer", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, keyInode(fakeLayer, 5), encodeInode(&Inode{Floor: -1}))
+		}, "orphan", "does not exist", ""},
+		{"block of a missing layer", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, keyBlock(fakeLayer, 5, 0), encodeBlockRef(blockRef{CRCs: []uint32{0}}))
+		}, "orphan", "does not exist", ""},
+		{"missing parent", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, keyLayer("lonely"), []byte(`{"id":"lonely","sandbox":"x","parent":"gone","state":"frozen"}`))
+		}, "structure", "parent layer gone", ""},
+		{"unknown state", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, keyLayer("odd"), []byte(`{"id":"odd","sandbox":"x","state":"melted"}`))
+		}, "record", "unknown state", ""},
+		{"missing stack layer", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, keySandbox("nohead"), []byte(`{"name":"nohead","base":"`+e.base+`","block_size":4096,"head":"gone"}`))
+		}, "structure", "layer of the stack does not exist", ""},
+		{"cycle", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, keyLayer("cyc"), []byte(`{"id":"cyc","sandbox":"cy","parent":"cyc","state":"active"}`))
+			set(t, e.store, keySandbox("cy"), []byte(`{"name":"cy","base":"`+e.base+`","block_size":4096,"head":"cyc"}`))
+		}, "structure", "cycle", ""},
+		{"frozen head", func(t *testing.T, e *fsckEnv) {
+			ok(t, "state", e.store.update(func(txn *badger.Txn) error { return setLayerState(txn, e.head, StateFrozen) }))
+		}, "structure", "not active", ""},
+		{"missing data file", func(t *testing.T, e *fsckEnv) {
+			ok(t, "remove", os.Remove(e.store.dataPath(e.l1)))
+		}, "checksum", "data file", ""},
+		{"flipped byte", func(t *testing.T, e *fsckEnv) {
+			p := e.store.dataPath(e.l1)
+			raw, err := os.ReadFile(p)
+			ok(t, "read", err)
+			raw[MinBlockSize+10] ^= 1
+			ok(t, "write", os.WriteFile(p, raw, 0o600))
+		}, "checksum", "fails its checksum", "d/x"},
+		{"unreadable data file", func(t *testing.T, e *fsckEnv) {
+			p := e.store.dataPath(e.l1)
+			ok(t, "remove", os.Remove(p))
+			ok(t, "mkdir", os.Mkdir(p, 0o700))
+		}, "checksum", "block", ""},
+		{"orphan data file", func(t *testing.T, e *fsckEnv) {
+			ok(t, "write", os.WriteFile(e.store.dataPath(fakeLayer), []byte("junk"), 0o600))
+		}, "orphan", "data file", ""},
+		{"entry to nothing", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, keyEntry(e.head, RootIno, "ghost"), encodeEntry(entry{Ino: 1<<62 + 424242, Type: 0o100000}))
+		}, "structure", "does not load", "ghost"},
+		{"entry of the wrong type", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, keyEntry(e.head, RootIno, "d2"), encodeEntry(entry{Ino: e.x, Type: 0o40000}))
+		}, "structure", "entry says type", "d2"},
+		{"named inode without links", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, keyInode(e.head, e.x), encodeInode(&Inode{Mode: 0o100644, Size: 1, Floor: -1}))
+		}, "structure", "no links", "d/x"},
+		{"directory that does not list", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, keyEntry(e.head, e.d, "junk"), []byte{0xff})
+		}, "structure", "does not list", "d"},
+		{"directory cycle", func(t *testing.T, e *fsckEnv) {
+			set(t, e.store, keyEntry(e.head, e.d, "loop"), encodeEntry(entry{Ino: e.d, Type: 0o40000}))
+		}, "structure", "too deep", ""},
+		{"base gone", func(t *testing.T, e *fsckEnv) {
+			ok(t, "remove base", os.RemoveAll(e.base))
+		}, "structure", "cannot open the stack", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newFsckEnv(t)
+			c.damage(t, e)
+			rep, err := e.store.Fsck()
+			ok(t, "fsck", err)
+			for _, p := range rep.Problems {
+				if p.Kind == c.kind && strings.Contains(p.Detail, c.detail) && (c.path == "" || p.Path == c.path) {
+					return
+				}
+			}
+			t.Fatalf("got problems %+v, want one of kind %q about %q (path %q)", rep.Problems, c.kind, c.detail, c.path)
+		})
+	}
+}
 
 func TestFsckCleanAndCorrupt(t *testing.T) {
 	e := newEnv(t, MinBlockSize, func(base string) {

@@ -429,7 +429,7 @@ func (v *View) sealLocked() error {
 	}
 	act := v.activeLayer()
 	f := v.files[act]
-	buf := make([]byte, v.bs)
+	buf := make([]byte, pageSize)
 	ids := make([]uint64, 0, len(v.dirty))
 	for ino := range v.dirty {
 		ids = append(ids, ino)
@@ -450,10 +450,18 @@ func (v *View) sealLocked() error {
 				continue
 			}
 			if !ref.sealed() {
-				if err := readFull(f, buf, int64(ref.Slot)*v.bs); err != nil {
-					return fmt.Errorf("seal inode %d block %d: %w", ino, b, err)
+				// Only the pages written since the slot was filled are read.
+				for p, d := range ref.dirty {
+					if !d {
+						continue
+					}
+					page := buf[:pageSize]
+					if err := readFull(f, page, int64(ref.Slot)*v.bs+int64(p)*pageSize); err != nil {
+						return fmt.Errorf("seal inode %d block %d: %w", ino, b, err)
+					}
+					ref.CRCs[p] = crc32.Checksum(page, castagnoli)
 				}
-				ref.CRCs = pageCRCs(buf)
+				ref.open, ref.dirty = false, nil
 			}
 			op = append(op, kv{key: keyBlock(act, ino, b), val: encodeBlockRef(*ref)})
 		}
