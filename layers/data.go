@@ -1,7 +1,6 @@
 package layers
 
 import (
-	"errors"
 	"fmt"
 	"github.com/dgraph-io/badger/v4"
 	"hash/crc32"
@@ -31,6 +30,7 @@ type source struct {
 	off  int64
 	crcs []uint32
 	blk  uint64
+	bh   *baseHandle // for base blocks: the handle that keeps f open
 }
 
 func (v *View) layerFile(layer string) (*os.File, error) {
@@ -50,7 +50,15 @@ func (v *View) layerFile(layer string) (*os.File, error) {
 // mount does not run out of descriptors.
 const maxBaseFiles = 256
 
-func (v *View) baseFileLocked(st *inodeState) (*os.File, error) {
+// baseHandle is an open base file, shared by the reads that resolved it:
+// an evicted handle is closed when its last read is done.
+type baseHandle struct {
+	f       *os.File
+	refs    int // reads using f now; protected by View.mu
+	evicted bool
+}
+
+func (v *View) baseFileLocked(st *inodeState) (*baseHandle, error) {
 	if st.baseFile != nil {
 		v.baseLRU.MoveToFront(st.baseElem)
 		return st.baseFile, nil
@@ -59,7 +67,7 @@ func (v *View) baseFileLocked(st *inodeState) (*os.File, error) {
 	if err != nil {
 		return nil, mapOSErr(err)
 	}
-	st.baseFile = os.NewFile(uintptr(fd), st.rec.Origin)
+	st.baseFile = &baseHandle{f: os.NewFile(uintptr(fd), st.rec.Origin)}
 	st.baseElem = v.baseLRU.PushFront(st)
 	for v.baseLRU.Len() > maxBaseFiles {
 		v.closeBaseLocked(v.baseLRU.Back().Value.(*inodeState))
@@ -67,16 +75,26 @@ func (v *View) baseFileLocked(st *inodeState) (*os.File, error) {
 	return st.baseFile, nil
 }
 
-// closeBaseLocked closes st's base file. A read that resolved it just
-// before finds it closed and resolves again (see ReadAt).
+// closeBaseLocked lets go of st's base file; it is closed at once, or when
+// the reads that use it are done.
 func (v *View) closeBaseLocked(st *inodeState) {
-	if st.baseFile == nil {
+	bh := st.baseFile
+	if bh == nil {
 		return
 	}
-	st.baseFile.Close()
-	st.baseFile = nil
 	v.baseLRU.Remove(st.baseElem)
-	st.baseElem = nil
+	st.baseFile, st.baseElem = nil, nil
+	bh.evicted = true
+	if bh.refs == 0 {
+		bh.f.Close()
+	}
+}
+
+func (v *View) releaseBaseLocked(bh *baseHandle) {
+	bh.refs--
+	if bh.evicted && bh.refs == 0 {
+		bh.f.Close()
+	}
 }
 
 // sourceLocked resolves block blk of st: active layer, then (below the
@@ -86,8 +104,12 @@ func (v *View) sourceLocked(st *inodeState, blk uint64) (source, error) {
 	if err != nil || src.kind != srcBase {
 		return src, err
 	}
-	src.f, err = v.baseFileLocked(st)
-	return src, err
+	src.bh, err = v.baseFileLocked(st)
+	if err != nil {
+		return src, err
+	}
+	src.f = src.bh.f
+	return src, nil
 }
 
 // sourceBlock is sourceLocked without opening the base file.
@@ -149,12 +171,10 @@ func (v *View) read(src source, dst []byte, inBlk int64) error {
 // end of the file. A block that fails its checksum is an ErrCorrupt error,
 // never wrong data.
 func (v *View) ReadAt(ino uint64, p []byte, off int64) (int, error) {
-	n, err := v.readAt(ino, p, off)
-	if errors.Is(err, os.ErrClosed) {
-		// A base file was closed under us (descriptor limit, repoint).
-		n, err = v.readAt(ino, p, off)
-	}
-	return n, err
+	// Shared: no slot becomes a hole (punch) while it is read.
+	v.ioMu.RLock()
+	defer v.ioMu.RUnlock()
+	return v.readAt(ino, p, off)
 }
 
 func (v *View) readAt(ino uint64, p []byte, off int64) (int, error) {
@@ -196,13 +216,30 @@ func (v *View) readAt(ino uint64, p []byte, off int64) (int, error) {
 		l := min(v.bs-inBl, off+n-pos)
 		src, err := v.sourceLocked(st, blk)
 		if err != nil {
+			for _, pc := range pieces {
+				if pc.src.bh != nil {
+					v.releaseBaseLocked(pc.src.bh)
+				}
+			}
 			v.mu.Unlock()
 			return 0, err
+		}
+		if src.bh != nil {
+			src.bh.refs++
 		}
 		pieces = append(pieces, piece{src, p[pos-off : pos-off+l], inBl})
 		pos += l
 	}
 	v.mu.Unlock()
+	defer func() {
+		v.mu.Lock()
+		for _, pc := range pieces {
+			if pc.src.bh != nil {
+				v.releaseBaseLocked(pc.src.bh)
+			}
+		}
+		v.mu.Unlock()
+	}()
 	// Slots are never reused and sealed slots never rewritten, so the I/O
 	// runs without the lock.
 	for _, pc := range pieces {
@@ -220,6 +257,9 @@ func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi int64) (*bl
 	ref, ok := st.active[blk]
 	if ok && !ref.sealed() {
 		return ref, nil
+	}
+	if ok {
+		v.freed = append(v.freed, ref.Slot) // superseded by the copy below
 	}
 	start := int64(blk) * v.bs
 	live := min(v.bs, max(0, st.rec.Size-start)) // bytes of this block inside the file
@@ -381,9 +421,10 @@ func (v *View) truncateLocked(st *inodeState, size int64) error {
 			touchPages(ref, inBl, v.bs)
 		}
 		first := uint64((size + v.bs - 1) / v.bs)
-		for blk := range st.active {
+		for blk, ref := range st.active {
 			if blk >= first {
 				delete(st.active, blk)
+				v.freed = append(v.freed, ref.Slot)
 				v.markBlock(st, blk)
 			}
 		}

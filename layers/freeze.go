@@ -112,6 +112,7 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 	if err != nil {
 		return "", "", err
 	}
+	v.punchLocked(v.files[v.activeLayer()], v.takeFreedLocked())
 	// Caches stay valid in content, but they name the old active layer as
 	// the one being written: rebuild them lazily over the new stack.
 	stack := append([]string{next}, v.stack...)
@@ -211,6 +212,7 @@ func (s *Store) Repoint(name, parent string, fn RepointFunc) (next string, err e
 		return "", err
 	}
 	if v != nil {
+		v.punchLocked(v.files[v.activeLayer()], v.takeFreedLocked())
 		if err := v.setStackLocked(stack); err != nil {
 			return "", err
 		}

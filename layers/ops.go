@@ -326,8 +326,9 @@ func (v *View) dropLink(b *batch, st *inodeState) {
 // records its removal; one born in this layer leaves nothing.
 func (v *View) purge(b *batch, st *inodeState) {
 	_ = v.ensureBlocks(st) // so that its blocks in this layer are known
-	for blk := range st.active {
+	for blk, ref := range st.active {
 		b.kv = append(b.kv, kv{key: keyBlock(v.activeLayer(), st.ino, blk), del: true})
+		v.freed = append(v.freed, ref.Slot)
 	}
 	if v.existsBelow(st) {
 		st.rec.Nlink = 0

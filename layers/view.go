@@ -76,7 +76,7 @@ type inodeState struct {
 
 	dirtyRec    bool
 	dirtyBlocks map[uint64]struct{}
-	baseFile    *os.File
+	baseFile    *baseHandle
 	baseElem    *list.Element // in View.baseLRU while baseFile is open
 }
 
@@ -130,6 +130,7 @@ type View struct {
 	dirty    map[uint64]*inodeState
 	files    map[string]*os.File // data file of each layer in the stack
 	nextSlot uint64
+	freed    []uint64 // slots of the active layer no block uses any more
 	closed   bool
 	snapshot bool // opened by OpenSnapshot: no journal loop, not registered
 
@@ -216,11 +217,10 @@ func (v *View) setStackLocked(stack []string) error {
 		delete(v.files, id)
 	}
 	for _, st := range v.inodes {
-		if st.baseFile != nil {
-			st.baseFile.Close()
-		}
+		v.closeBaseLocked(st)
 	}
 	v.baseLRU = list.New()
+	v.freed = nil
 	v.stack = stack
 	v.inodes = map[uint64]*inodeState{}
 	v.purged = map[uint64]bool{}
@@ -272,9 +272,7 @@ func (v *View) Close() error {
 		f.Close()
 	}
 	for _, st := range v.inodes {
-		if st.baseFile != nil {
-			st.baseFile.Close()
-		}
+		v.closeBaseLocked(st)
 	}
 	v.mu.Unlock()
 	v.base.close()
@@ -300,12 +298,22 @@ func (v *View) loop() {
 			// Bound how much written data a crash of this process can lose.
 			v.ioMu.Lock()
 			v.mu.Lock()
+			var freed []uint64
+			var f *os.File
 			if !v.closed {
 				_ = v.sealLocked()
+				freed = v.takeFreedLocked()
+				f = v.files[v.activeLayer()]
 			}
 			v.mu.Unlock()
 			v.ioMu.Unlock()
-			_ = v.commit()
+			if v.commit() == nil && len(freed) > 0 && v.s.Sync() == nil {
+				v.punch(f, freed)
+			} else if len(freed) > 0 {
+				v.mu.Lock()
+				v.freed = append(v.freed, freed...)
+				v.mu.Unlock()
+			}
 		}
 	}
 }
@@ -403,6 +411,7 @@ func (v *View) Sync() error {
 	}
 	err := v.sealLocked()
 	f := v.files[v.activeLayer()]
+	freed := v.takeFreedLocked()
 	v.mu.Unlock()
 	v.ioMu.Unlock()
 	if err != nil {
@@ -416,7 +425,43 @@ func (v *View) Sync() error {
 	if err := v.commit(); err != nil {
 		return err
 	}
-	return v.s.Sync()
+	if err := v.s.Sync(); err != nil {
+		return err
+	}
+	v.punch(f, freed)
+	return nil
+}
+
+// takeFreedLocked hands over the slots freed so far; they may be punched
+// once the changes that freed them are durable.
+func (v *View) takeFreedLocked() []uint64 {
+	freed := v.freed
+	v.freed = nil
+	return freed
+}
+
+// punch gives the space of freed slots of data file f back to the file
+// system. Readers hold ioMu shared while they read a slot, so none is
+// reading one of these when it turns into a hole.
+func (v *View) punch(f *os.File, slots []uint64) {
+	if f == nil || len(slots) == 0 {
+		return
+	}
+	v.ioMu.Lock()
+	defer v.ioMu.Unlock()
+	v.punchLocked(f, slots)
+}
+
+// punchLocked is punch for a caller that holds ioMu.
+func (v *View) punchLocked(f *os.File, slots []uint64) {
+	if f == nil {
+		return
+	}
+	for _, slot := range slots {
+		// Errors are harmless: a file system without hole punching keeps
+		// the space until the layer is collected.
+		_ = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(slot)*v.bs, v.bs)
+	}
 }
 
 // sealLocked computes the checksums of every written block and queues the
