@@ -657,7 +657,16 @@ func (v *View) xattrsLocked(st *inodeState) (map[string][]byte, error) {
 		return st.rec.Xattrs, nil
 	}
 	if st.rec.HasOrigin {
-		return v.base.xattrs(st.rec.Origin, st.rec.Mode)
+		// The kernel asks for security.capability before every write, so
+		// the base's attributes (which never change) are read once.
+		if st.baseXattrs == nil {
+			xs, err := v.base.xattrs(st.rec.Origin, st.rec.Mode)
+			if err != nil {
+				return nil, err
+			}
+			st.baseXattrs = xs
+		}
+		return st.baseXattrs, nil
 	}
 	return map[string][]byte{}, nil
 }

@@ -77,7 +77,8 @@ type inodeState struct {
 	dirtyRec    bool
 	dirtyBlocks map[uint64]struct{}
 	baseFile    *baseHandle
-	baseElem    *list.Element // in View.baseLRU while baseFile is open
+	baseElem    *list.Element     // in View.baseLRU while baseFile is open
+	baseXattrs  map[string][]byte // the base file's attributes, once read
 }
 
 type frozenRef struct {
