@@ -563,15 +563,12 @@ func (v *View) Rename(olddir uint64, oldname string, newdir uint64, newname stri
 }
 
 // checkNotAncestor refuses to move directory ino below itself. The kernel
-// checks this too; the view checks it for its Go API callers. Only
-// directories already loaded can be on the path, so the walk is in memory.
+// checks this too; the view checks it for its Go API callers, walking up
+// from dir through the parents the records name (O(depth)).
 func (v *View) checkNotAncestor(ino, dir uint64) error {
-	for cur, depth := dir, 0; depth < 4096; depth++ {
+	for cur, depth := dir, 0; cur != RootIno && depth < 4096; depth++ {
 		if cur == ino {
 			return fmt.Errorf("move a directory below itself: %w", ErrInvalid)
-		}
-		if cur == RootIno {
-			return nil
 		}
 		parent, ok := v.parentOf(cur)
 		if !ok {
@@ -582,14 +579,20 @@ func (v *View) checkNotAncestor(ino, dir uint64) error {
 	return nil
 }
 
-// parentOf finds the loaded directory that names dir.
+// parentOf is the directory that names directory dir.
 func (v *View) parentOf(dir uint64) (uint64, bool) {
-	for pino, d := range v.dirs {
-		for _, e := range d.entries {
-			if e.Ino == dir && e.Type == syscall.S_IFDIR {
-				return pino, true
-			}
+	st, err := v.getInode(dir)
+	if err != nil {
+		return 0, false
+	}
+	if st.rec.HasParent {
+		if _, known := v.origins[st.rec.Parent]; !known && st.rec.ParentOrigin != "" {
+			v.origins[st.rec.Parent] = st.rec.ParentOrigin
 		}
+		return st.rec.Parent, true
+	}
+	if p, ok := v.bparent[dir]; ok {
+		return p, true
 	}
 	return 0, false
 }
