@@ -165,13 +165,24 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 	return 0, syscall.EINVAL
 }
 
-// Allocate implements fallocate without punching holes.
+// Allocate implements fallocate: reserving (mode 0, KEEP_SIZE), punching
+// holes (PUNCH_HOLE|KEEP_SIZE) and zeroing ranges (ZERO_RANGE).
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	if errno := h.check(); errno != 0 {
 		return errno
 	}
-	if mode&^unix.FALLOC_FL_KEEP_SIZE != 0 {
-		return syscall.EOPNOTSUPP
+	keep := mode&unix.FALLOC_FL_KEEP_SIZE != 0
+	v, ino := h.n.view(), h.n.ino()
+	switch mode &^ unix.FALLOC_FL_KEEP_SIZE {
+	case 0:
+		return toErrno(v.Allocate(ino, int64(off), int64(size), keep))
+	case unix.FALLOC_FL_PUNCH_HOLE:
+		if !keep {
+			return syscall.EOPNOTSUPP // as Linux: a hole is punched only with KEEP_SIZE
+		}
+		return toErrno(v.Zero(ino, int64(off), int64(size), true))
+	case unix.FALLOC_FL_ZERO_RANGE:
+		return toErrno(v.Zero(ino, int64(off), int64(size), keep))
 	}
-	return toErrno(h.n.view().Allocate(h.n.ino(), int64(off), int64(size), mode&unix.FALLOC_FL_KEEP_SIZE != 0))
+	return syscall.EOPNOTSUPP
 }

@@ -472,6 +472,71 @@ func (v *View) Allocate(ino uint64, off, length int64, keepSize bool) error {
 	return nil
 }
 
+// Zero makes [off, off+length) of file ino read as zeros (fallocate's
+// PUNCH_HOLE and ZERO_RANGE). Whole blocks become fresh slots that are holes
+// in the data file, so they cost no space; partial blocks are written.
+// Without keepSize the file grows to cover the range.
+func (v *View) Zero(ino uint64, off, length int64, keepSize bool) error {
+	if off < 0 || length <= 0 || off+length > MaxFileSize {
+		return ErrInvalid
+	}
+	v.ioMu.Lock()
+	defer v.ioMu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.checkWritable(); err != nil {
+		return err
+	}
+	st, err := v.getInode(ino)
+	if err != nil {
+		return err
+	}
+	if st.rec.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return ErrInvalid
+	}
+	if err := v.ensureBlocks(st); err != nil {
+		return err
+	}
+	v.copyUp(st)
+	end := off + length
+	zend := min(end, st.rec.Size) // past the end everything reads as zeros already
+	f := v.files[v.activeLayer()]
+	for pos := off; pos < zend; {
+		blk := uint64(pos / v.bs)
+		start := int64(blk) * v.bs
+		lo, hi := pos-start, min(zend-start, v.bs)
+		if lo == 0 && hi == v.bs {
+			if old, ok := st.active[blk]; ok {
+				v.freed = append(v.freed, old.Slot)
+			}
+			pages := int(v.bs / pageSize)
+			ref := &blockRef{Slot: v.nextSlot, open: true, dirty: make([]bool, pages), CRCs: make([]uint32, pages)}
+			v.nextSlot++
+			for i := range ref.CRCs {
+				ref.CRCs[i] = zeroPageCRC
+			}
+			st.active[blk] = ref
+			v.markBlock(st, blk)
+		} else {
+			ref, err := v.writableSlotLocked(st, blk, lo, hi)
+			if err != nil {
+				return err
+			}
+			if _, err := f.WriteAt(make([]byte, hi-lo), int64(ref.Slot)*v.bs+lo); err != nil {
+				return mapOSErr(err)
+			}
+			touchPages(ref, lo, hi)
+		}
+		pos = start + hi
+	}
+	if !keepSize && end > st.rec.Size {
+		st.rec.Size = end
+	}
+	touch(st, true)
+	v.markRec(st)
+	return nil
+}
+
 // BaseFile opens the base file behind ino for reading when ino is a regular
 // file no layer has changed, so the kernel can read it directly
 // (passthrough). It returns nil otherwise.
