@@ -285,6 +285,10 @@ func (v *View) Close() error {
 	return err
 }
 
+// journalDelay is how long the journal waits for more operations before
+// it commits.
+const journalDelay = 2 * time.Millisecond
+
 func (v *View) loop() {
 	defer close(v.stopped)
 	t := time.NewTicker(5 * time.Second)
@@ -294,6 +298,12 @@ func (v *View) loop() {
 		case <-v.stop:
 			return
 		case <-v.kick:
+			// Let a burst of operations gather, so one transaction carries
+			// many of them; a crash loses at most this much more.
+			select {
+			case <-time.After(journalDelay):
+			case <-v.stop:
+			}
 			_ = v.commit()
 		case <-t.C:
 			// Bound how much written data a crash of this process can lose.
