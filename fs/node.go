@@ -44,6 +44,8 @@ var (
 	_ = (gofs.NodeListxattrer)((*node)(nil))
 	_ = (gofs.NodeStatfser)((*node)(nil))
 	_ = (gofs.NodeFsyncer)((*node)(nil))
+	_ = (gofs.NodeTmpfiler)((*node)(nil))
+	_ = (gofs.NodeOnForgetter)((*node)(nil))
 )
 
 func (n *node) ino() uint64 { return n.StableAttr().Ino }
@@ -178,6 +180,26 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	return ch, fh, fl, 0
 }
+
+// Tmpfile creates an open file with no name (O_TMPFILE).
+func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	a, err := n.view().Tmpfile(n.ino(), mode, caller(ctx))
+	if err != nil {
+		return nil, nil, 0, toErrno(err)
+	}
+	fillAttr(&out.Attr, a, n.m.blksize)
+	ch := n.NewInode(ctx, &node{m: n.m}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: a.Ino})
+	cn := ch.Operations().(*node)
+	// The view counted the file as open already; the handle's release ends it.
+	h := &handle{n: cn, flags: flags, epoch: n.view().Epoch()}
+	cn.mu.Lock()
+	cn.cachedOpens++
+	cn.mu.Unlock()
+	return ch, h, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// OnForget lets the view drop what it keeps of an inode the kernel let go.
+func (n *node) OnForget() { n.view().Forget(n.ino()) }
 
 // Symlink creates a symlink.
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

@@ -183,6 +183,9 @@ func (v *View) newChild(dir uint64, name string, mode uint32, rdev uint64, targe
 	if err := v.checkWritable(); err != nil {
 		return Attr{}, err
 	}
+	if err := v.s.checkSpace(); err != nil {
+		return Attr{}, err
+	}
 	d, dst, err := v.getDir(dir)
 	if err != nil {
 		return Attr{}, err
@@ -246,6 +249,37 @@ func (v *View) Mknod(dir uint64, name string, mode uint32, rdev uint64, c Caller
 	return v.newChild(dir, name, mode, rdev, "", c)
 }
 
+// Tmpfile creates an open regular file with no name in directory dir
+// (open(2) with O_TMPFILE). It counts as opened once: the caller Releases
+// it. Link can give it a name; if none does, it goes with its last handle.
+func (v *View) Tmpfile(dir uint64, mode uint32, c Caller) (Attr, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.checkWritable(); err != nil {
+		return Attr{}, err
+	}
+	_, dst, err := v.getDir(dir)
+	if err != nil {
+		return Attr{}, err
+	}
+	if dst.rec.Nlink == 0 {
+		return Attr{}, fmt.Errorf("directory %d was removed: %w", dir, ErrNotFound)
+	}
+	ino, err := v.s.nextIno()
+	if err != nil {
+		return Attr{}, err
+	}
+	t := now()
+	rec := &Inode{Mode: syscall.S_IFREG | mode&07777, UID: c.UID, GID: c.GID, Atime: t, Mtime: t, Ctime: t, Floor: -1}
+	if dst.rec.Mode&syscall.S_ISGID != 0 {
+		rec.GID = dst.rec.GID
+	}
+	st := &inodeState{ino: ino, rec: rec, inActive: true, tmp: true, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}}
+	v.inodes[ino] = st
+	v.opens[ino]++
+	return st.attr(), nil
+}
+
 // Mkdir creates a directory.
 func (v *View) Mkdir(dir uint64, name string, mode uint32, c Caller) (Attr, error) {
 	return v.newChild(dir, name, syscall.S_IFDIR|mode&07777, 0, "", c)
@@ -272,6 +306,9 @@ func (v *View) Link(ino, dir uint64, name string) (Attr, error) {
 	if err := v.checkWritable(); err != nil {
 		return Attr{}, err
 	}
+	if err := v.s.checkSpace(); err != nil {
+		return Attr{}, err
+	}
 	st, err := v.getInode(ino)
 	if err != nil {
 		return Attr{}, err
@@ -286,9 +323,10 @@ func (v *View) Link(ino, dir uint64, name string) (Attr, error) {
 	if _, ok := d.entries[name]; ok {
 		return Attr{}, fmt.Errorf("%q: %w", name, ErrExists)
 	}
-	if st.rec.Nlink == 0 {
+	if st.rec.Nlink == 0 && !st.tmp {
 		return Attr{}, fmt.Errorf("inode %d was removed: %w", ino, ErrNotFound)
 	}
+	st.tmp = false
 	b := &batch{v: v}
 	v.copyUp(st)
 	st.rec.Nlink++
@@ -345,7 +383,22 @@ func (v *View) purge(b *batch, st *inodeState) {
 	delete(v.dirty, st.ino)
 	v.closeBaseLocked(st)
 	delete(v.inodes, st.ino)
-	v.purged[st.ino] = true
+	st.rec.Nlink = 0
+	st.tmp = false
+	v.zombies[st.ino] = st
+}
+
+// Forget drops what the view keeps of an inode the kernel no longer holds.
+func (v *View) Forget(ino uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.zombies[ino]; !ok {
+		return
+	}
+	delete(v.zombies, ino)
+	v.jmu.Lock()
+	v.gone[ino] = v.jqueued
+	v.jmu.Unlock()
 }
 
 // existsBelow reports whether a frozen layer or the base has the inode.
@@ -736,6 +789,9 @@ func (v *View) SetXattr(ino uint64, name string, val []byte, flags uint32) error
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := v.checkWritable(); err != nil {
+		return err
+	}
+	if err := v.s.checkSpace(); err != nil {
 		return err
 	}
 	st, err := v.getInode(ino)

@@ -68,6 +68,7 @@ type inodeState struct {
 	ino      uint64
 	rec      *Inode
 	inActive bool // rec belongs to (is stored in) the active layer
+	tmp      bool // made by Tmpfile and not linked yet: Link may name it
 
 	blocksLoaded bool
 	active       map[uint64]*blockRef // blocks written in the active layer
@@ -118,11 +119,16 @@ type View struct {
 	ioMu sync.RWMutex
 
 	// mu protects every field below it.
-	mu       sync.Mutex
-	stack    []string // layer ids, active first
-	epoch    uint64
-	inodes   map[uint64]*inodeState
-	purged   map[uint64]bool // forgotten inodes whose deletion may not be committed yet
+	mu     sync.Mutex
+	stack  []string // layer ids, active first
+	epoch  uint64
+	inodes map[uint64]*inodeState
+	// zombies are inodes with no name left and no open file, that the
+	// kernel may still hold (an open directory, a cwd): they answer
+	// getattr with no links until the kernel forgets them, and are never
+	// reloaded from a store their deletion may not have reached yet.
+	zombies  map[uint64]*inodeState
+	gone     map[uint64]uint64 // forgotten zombies -> journal position their deletion needs
 	dirs     map[uint64]*dirState
 	baseLRU  *list.List        // inodes with an open base file, most recent first
 	origins  map[uint64]string // base inode number -> base-relative path
@@ -136,9 +142,11 @@ type View struct {
 	snapshot bool // opened by OpenSnapshot: no journal loop, not registered
 
 	cmu     sync.Mutex // serialises journal commits, so they land in order
-	jmu     sync.Mutex // protects pending and jerr
+	jmu     sync.Mutex // protects pending, jerr, jqueued and jdone
 	pending [][]kv
 	jerr    error
+	jqueued uint64 // operations queued so far
+	jdone   uint64 // operations committed so far
 	kick    chan struct{}
 	stop    chan struct{}
 	stopped chan struct{}
@@ -224,7 +232,8 @@ func (v *View) setStackLocked(stack []string) error {
 	v.freed = nil
 	v.stack = stack
 	v.inodes = map[uint64]*inodeState{}
-	v.purged = map[uint64]bool{}
+	v.zombies = map[uint64]*inodeState{}
+	v.gone = map[uint64]uint64{}
 	v.dirs = map[uint64]*dirState{}
 	v.dirty = map[uint64]*inodeState{}
 	v.files = map[string]*os.File{}
@@ -337,6 +346,7 @@ func (v *View) queue(op []kv) {
 	}
 	v.jmu.Lock()
 	v.pending = append(v.pending, op)
+	v.jqueued++
 	v.jmu.Unlock()
 	select {
 	case v.kick <- struct{}{}:
@@ -352,6 +362,7 @@ func (v *View) commit() error {
 	v.jmu.Lock()
 	ops := v.pending
 	v.pending = nil
+	upto := v.jqueued
 	v.jmu.Unlock()
 	apply := func(txn *badger.Txn, op []kv) error {
 		for _, e := range op {
@@ -402,6 +413,7 @@ func (v *View) commit() error {
 	if len(v.pending) == 0 {
 		v.jerr = nil
 	}
+	v.jdone = upto
 	v.jmu.Unlock()
 	return nil
 }
@@ -569,8 +581,17 @@ func (v *View) getInode(ino uint64) (*inodeState, error) {
 	if st, ok := v.inodes[ino]; ok {
 		return st, nil
 	}
-	if v.purged[ino] {
-		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
+	if z, ok := v.zombies[ino]; ok {
+		return z, nil
+	}
+	if pos, ok := v.gone[ino]; ok {
+		v.jmu.Lock()
+		done := v.jdone
+		v.jmu.Unlock()
+		if done < pos {
+			return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
+		}
+		delete(v.gone, ino)
 	}
 	var rec *Inode
 	inActive := false

@@ -206,8 +206,13 @@ func TestViewNamespace(t *testing.T) {
 	ok(t, "rmdir upper dir", v.Rmdir(RootIno, "newdir"))
 	_, err = v.Mknod(sub.Ino, "x", 0o644, 0, root)
 	wantErr(t, "create in a removed dir", err, ErrNotFound)
+	// A removed inode answers with no links until the kernel forgets it.
+	if a, err := v.GetAttr(fifo.Ino); err != nil || a.Nlink != 0 {
+		t.Fatalf("removed fifo: got nlink %d, %v; want 0 links", a.Nlink, err)
+	}
+	v.Forget(fifo.Ino)
 	_, err = v.GetAttr(fifo.Ino)
-	wantErr(t, "removed fifo", err, ErrNotFound)
+	wantErr(t, "removed and forgotten fifo", err, ErrNotFound)
 
 	v = e.reopen(v)
 	if got, want := names(t, v, RootIno), []string{"dev", "dir", "link", "new", "sgid", "sl"}; !sameStrings(got, want) {
@@ -242,8 +247,12 @@ func TestViewUnlinkedOpenFile(t *testing.T) {
 		t.Fatalf("after one release: got %q", got)
 	}
 	v.Release(f.Ino)
+	if a, err := v.GetAttr(f.Ino); err != nil || a.Nlink != 0 {
+		t.Fatalf("after the last release: got nlink %d, %v; want 0 links", a.Nlink, err)
+	}
+	v.Forget(f.Ino)
 	_, err = v.GetAttr(f.Ino)
-	wantErr(t, "after the last release", err, ErrNotFound)
+	wantErr(t, "after the last release and forget", err, ErrNotFound)
 	v.Release(f.Ino) // releasing a forgotten inode is harmless
 	v = e.reopen(v)
 	_, err = v.GetAttr(f.Ino)
