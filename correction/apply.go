@@ -54,9 +54,21 @@ func (e *ConflictError) Error() string {
 // Unwrap makes errors.Is(err, ErrConflict) hold.
 func (e *ConflictError) Unwrap() error { return ErrConflict }
 
-// applyFault, when set by a test, is called before each step of the move
-// phase; an error it returns fails the apply at that step.
+// applyFault, when set by a test, is called at the points of an apply
+// where a crash or a failure is tested: -1 once the journal is written and
+// the staging directory made, before anything is staged; 0 … n-1 before
+// each of the n steps of the move phase; n after the last one, before the
+// plan is marked applied; n+1 once it is marked, before the staging
+// directory is removed. An error it returns at -1 … n fails the apply
+// there (and is undone); at n+1 it is ignored: the apply has happened.
 var applyFault func(step int) error
+
+func fault(step int) error {
+	if applyFault == nil {
+		return nil
+	}
+	return applyFault(step)
+}
 
 // entryState is what a scan records about one path.
 type entryState struct {
@@ -194,16 +206,61 @@ const resolveSafe = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOL
 // host writes below one base directory, resolving every path beneath it
 // without following any symlink.
 type host struct {
-	root  int // O_PATH descriptor of the base
-	stage int // O_PATH descriptor of the staging directory
+	root  int // descriptor of the base directory
+	stage int // O_PATH descriptor of the staging directory, or -1
 	dir   string
 	name  string // of the staging directory, in the base root
 }
 
-func (h *host) openat(rel string, flags int) (int, error) {
-	if rel == "" {
-		rel = "."
+// openHost opens base directory dir, whose staging directory is (or will
+// be) name.
+func openHost(dir, name string) (*host, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("base %s: %w", dir, err)
 	}
+	return &host{root: fd, stage: -1, dir: dir, name: name}, nil
+}
+
+func (h *host) close() {
+	if h.stage >= 0 {
+		unix.Close(h.stage)
+	}
+	unix.Close(h.root)
+}
+
+// makeStage makes the staging directory and opens it.
+func (h *host) makeStage() error {
+	if err := unix.Mkdirat(h.root, h.name, 0o700); err != nil {
+		return fmt.Errorf("staging directory: %w", err)
+	}
+	return h.openStage()
+}
+
+func (h *host) openStage() (err error) {
+	h.stage, err = h.openat(h.name, unix.O_PATH|unix.O_DIRECTORY)
+	return err
+}
+
+// removeStage removes the staging directory and what it holds.
+func (h *host) removeStage() error {
+	if _, err := h.lstat(h.name); absent(err) {
+		return nil // on a read-only file system, RemoveAll fails even then
+	}
+	return os.RemoveAll(filepath.Join(h.dir, h.name))
+}
+
+// staged reports whether the staging directory holds name.
+func (h *host) staged(name string) (bool, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(h.stage, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (h *host) openat(rel string, flags int) (int, error) {
 	for {
 		fd, err := unix.Openat2(h.root, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW), Resolve: resolveSafe})
 		if err == unix.EINTR || err == unix.EAGAIN {
@@ -232,32 +289,30 @@ func (h *host) parent(rel string) (int, string, error) {
 	return fd, path.Base(rel), err
 }
 
-func (h *host) rename(fromDir int, from string, toDir int, to string) error {
-	if err := unix.Renameat2(fromDir, from, toDir, to, unix.RENAME_NOREPLACE); err != nil {
-		return fmt.Errorf("rename %s to %s: %w", from, to, err)
+// rename moves from (in the staging directory when out is false, else in
+// the base) to the other side, never over an existing entry.
+func (h *host) rename(rel, name string, out bool) error {
+	pfd, base, err := h.parent(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	if out {
+		err = unix.Renameat2(pfd, base, h.stage, name, unix.RENAME_NOREPLACE)
+	} else {
+		err = unix.Renameat2(h.stage, name, pfd, base, unix.RENAME_NOREPLACE)
+	}
+	if err != nil {
+		return fmt.Errorf("rename %s: %w", rel, err)
 	}
 	return nil
 }
 
 // moveOut moves base path rel into the staging directory as name.
-func (h *host) moveOut(rel, name string) error {
-	pfd, base, err := h.parent(rel)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(pfd)
-	return h.rename(pfd, base, h.stage, name)
-}
+func (h *host) moveOut(rel, name string) error { return h.rename(rel, name, true) }
 
 // moveIn moves staged name to base path rel.
-func (h *host) moveIn(name, rel string) error {
-	pfd, base, err := h.parent(rel)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(pfd)
-	return h.rename(h.stage, name, pfd, base)
-}
+func (h *host) moveIn(name, rel string) error { return h.rename(rel, name, false) }
 
 // chmod sets the permission bits of rel, which must not be a symlink: the
 // mode is changed through a descriptor of the very inode that was checked.
@@ -276,6 +331,19 @@ func (h *host) chmod(rel string, perm uint32) error {
 	}
 	if err := unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), perm, 0); err != nil {
 		return fmt.Errorf("chmod %s: %w", rel, err)
+	}
+	return nil
+}
+
+// mkdir makes directory rel with mode 0700 (its chmod step sets the mode).
+func (h *host) mkdir(rel string) error {
+	pfd, name, err := h.parent(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	if err := unix.Mkdirat(pfd, name, 0o700); err != nil {
+		return fmt.Errorf("mkdir %s: %w", rel, err)
 	}
 	return nil
 }
@@ -338,7 +406,7 @@ func (h *host) conflicts(cs changeSet, origins []string, since time.Time) []Conf
 }
 
 // stageAll writes the new content of every created or replaced non-directory
-// into the staging directory.
+// into the staging directory, and makes it durable.
 func (h *host) stageAll(v *layers.View, cs changeSet) error {
 	buf := make([]byte, 1<<20)
 	for _, c := range cs.changes {
@@ -353,190 +421,82 @@ func (h *host) stageAll(v *layers.View, cs changeSet) error {
 }
 
 // syncfs makes everything written on the base's file system durable.
-func (h *host) syncfs() error {
-	fd, err := h.openat("", unix.O_RDONLY|unix.O_DIRECTORY)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return unix.Syncfs(fd)
-}
+func (h *host) syncfs() error { return unix.Syncfs(h.root) }
 
 func stagedName(n int) string { return "n" + strconv.Itoa(n) }
 func oldName(n int) string    { return "o" + strconv.Itoa(n) }
 
+// stageOne stages the new version of one path with its owner (as root),
+// mode and times.
 func (h *host) stageOne(v *layers.View, c change, buf []byte) error {
 	name := stagedName(c.n)
 	a := c.live.attr
-	root := os.Geteuid() == 0
+	var err error
 	switch c.live.typ() {
 	case syscall.S_IFLNK:
-		if err := unix.Symlinkat(c.live.target, h.stage, name); err != nil {
-			return err
-		}
-		if root {
-			return unix.Fchownat(h.stage, name, int(a.UID), int(a.GID), unix.AT_SYMLINK_NOFOLLOW)
-		}
-		return nil
+		err = unix.Symlinkat(c.live.target, h.stage, name)
 	case syscall.S_IFREG:
-		fd, err := unix.Openat(h.stage, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if err != nil {
-			return err
-		}
-		f := os.NewFile(uintptr(fd), name)
-		defer f.Close()
-		for off := int64(0); off < a.Size; {
-			n, err := v.ReadAt(a.Ino, buf, off)
-			if n > 0 {
-				if _, werr := f.WriteAt(buf[:n], off); werr != nil {
-					return werr
-				}
-				off += int64(n)
-			}
-			if n == 0 || (err != nil && !errors.Is(err, io.EOF)) {
-				if err == nil {
-					err = io.ErrUnexpectedEOF
-				}
-				return err
-			}
-		}
-		if err := f.Truncate(a.Size); err != nil {
-			return err
-		}
-		if root {
-			if err := f.Chown(int(a.UID), int(a.GID)); err != nil {
-				return err
-			}
-		}
-		if err := f.Chmod(os.FileMode(c.live.perm() & 0o777)); err != nil {
-			return err
-		}
-		if c.live.perm()&^0o777 != 0 {
-			if err := unix.Fchmod(fd, c.live.perm()); err != nil {
-				return err
-			}
-		}
+		err = h.stageFile(v, name, a, buf)
 	default: // fifos, sockets, devices
-		if err := unix.Mknodat(h.stage, name, a.Mode, int(a.Rdev)); err != nil {
-			return err
-		}
-		if root {
-			if err := unix.Fchownat(h.stage, name, int(a.UID), int(a.GID), unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				return err
-			}
-		}
-		if err := unix.Fchmodat(h.stage, name, c.live.perm(), 0); err != nil {
-			return err
-		}
+		err = unix.Mknodat(h.stage, name, a.Mode, int(a.Rdev))
 	}
-	ts := []unix.Timespec{unix.NsecToTimespec(a.Atime), unix.NsecToTimespec(a.Mtime)}
-	return unix.UtimesNanoAt(h.stage, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+	if err == nil && os.Geteuid() == 0 {
+		err = unix.Fchownat(h.stage, name, int(a.UID), int(a.GID), unix.AT_SYMLINK_NOFOLLOW)
+	}
+	if err == nil && c.live.typ() != syscall.S_IFLNK {
+		// After the chown, which clears set-id bits.
+		err = unix.Fchmodat(h.stage, name, c.live.perm(), 0)
+	}
+	if err == nil {
+		ts := []unix.Timespec{unix.NsecToTimespec(a.Atime), unix.NsecToTimespec(a.Mtime)}
+		err = unix.UtimesNanoAt(h.stage, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	return err
 }
 
-// move puts the staged changes in place; on failure it undoes every step it
-// made, in reverse, and returns the error.
-func (h *host) move(cs changeSet) (undoFailed bool, err error) {
-	var undo []func() error
-	step := 0
-	do := func(fn func() error, back func() error) error {
-		if applyFault != nil {
-			if err := applyFault(step); err != nil {
-				return err
+// stageFile copies the content of the view's regular file a into staged
+// file name.
+func (h *host) stageFile(v *layers.View, name string, a layers.Attr, buf []byte) error {
+	fd, err := unix.Openat(h.stage, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	for off := int64(0); off < a.Size; {
+		n, err := v.ReadAt(a.Ino, buf, off)
+		if n > 0 {
+			if _, werr := f.WriteAt(buf[:n], off); werr != nil {
+				return werr
 			}
+			off += int64(n)
 		}
-		step++
-		if err := fn(); err != nil {
+		if n == 0 || (err != nil && !errors.Is(err, io.EOF)) {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = fmt.Errorf("%d of %d bytes: %w", off, a.Size, io.ErrUnexpectedEOF)
+			}
 			return err
 		}
-		undo = append(undo, back)
-		return nil
 	}
-	defer func() {
-		if err == nil {
-			return
+	return f.Truncate(a.Size)
+}
+
+// move runs the steps of the move phase in order and makes them durable.
+// It returns how many steps it made: on an error, those are what must be
+// undone.
+func (h *host) move(steps []moveStep) (int, error) {
+	for i, s := range steps {
+		if err := fault(i); err != nil {
+			return i, err
 		}
-		var failed []string
-		for i := len(undo) - 1; i >= 0; i-- {
-			if uerr := undo[i](); uerr != nil {
-				failed = append(failed, uerr.Error())
-			}
-		}
-		if failed != nil {
-			undoFailed = true
-			err = fmt.Errorf("%w; undo failed, the staging directory %s keeps what could not be put back: %s", err, filepath.Join(h.dir, h.name), strings.Join(failed, "; "))
-		}
-	}()
-	// 1. Move away what goes: deleted paths and the old versions of
-	// replaced ones.
-	for i, p := range cs.top {
-		p, name := p, "d"+strconv.Itoa(i)
-		if err := do(func() error { return h.moveOut(p, name) }, func() error { return h.moveIn(name, p) }); err != nil {
-			return false, err
+		if err := h.do(s); err != nil {
+			return i, err
 		}
 	}
-	for _, c := range cs.changes {
-		if c.op != opReplace {
-			continue
-		}
-		p, name := c.path, oldName(c.n)
-		if err := do(func() error { return h.moveOut(p, name) }, func() error { return h.moveIn(name, p) }); err != nil {
-			return false, err
-		}
+	if err := fault(len(steps)); err != nil {
+		return len(steps), err
 	}
-	// 2. Put in what comes, parents first.
-	var dirs []change
-	for _, c := range cs.changes {
-		c := c
-		switch {
-		case c.op == opChmod:
-			dirs = append(dirs, c)
-		case c.live.typ() == syscall.S_IFDIR:
-			dirs = append(dirs, c)
-			err := do(func() error {
-				pfd, name, err := h.parent(c.path)
-				if err != nil {
-					return err
-				}
-				defer unix.Close(pfd)
-				return unix.Mkdirat(pfd, name, 0o700)
-			}, func() error {
-				pfd, name, err := h.parent(c.path)
-				if err != nil {
-					return err
-				}
-				defer unix.Close(pfd)
-				return unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR)
-			})
-			if err != nil {
-				return false, fmt.Errorf("mkdir %s: %w", c.path, err)
-			}
-		default:
-			name := stagedName(c.n)
-			if err := do(func() error { return h.moveIn(name, c.path) }, func() error { return h.moveOut(c.path, name) }); err != nil {
-				return false, err
-			}
-		}
-	}
-	// 3. Modes: files first, then directories children first, so that a
-	// read-only directory is made so after its entries are in place.
-	sort.SliceStable(dirs, func(i, j int) bool {
-		di, dj := dirs[i].live.typ() == syscall.S_IFDIR, dirs[j].live.typ() == syscall.S_IFDIR
-		if di != dj {
-			return !di
-		}
-		return di && dirs[i].n > dirs[j].n
-	})
-	for _, c := range dirs {
-		c := c
-		old := c.old.perm()
-		if c.op == opCreate {
-			old = 0o700
-		}
-		if err := do(func() error { return h.chmod(c.path, c.live.perm()) }, func() error { return h.chmod(c.path, old) }); err != nil {
-			return false, err
-		}
-	}
-	return false, h.syncfs()
+	return len(steps), h.syncfs()
 }
 
 // Apply writes the net changes of the plan's sandbox — creates, edits,
@@ -544,10 +504,34 @@ func (h *host) move(cs changeSet) (undoFailed bool, err error) {
 // base directory, and marks the plan applied. It refuses with a
 // *ConflictError when a base path the sandbox touches changed since the
 // sandbox was created, and with ErrNothingToApply when there is nothing to
-// write. New content is staged in a directory inside the base first, then
-// moved into place with renames; a failure undoes every move, so the base
-// is never left half applied. Host paths are resolved beneath the base
-// without following symlinks.
+// write. Host paths are resolved beneath the base without following
+// symlinks.
+//
+// An apply goes in three phases, each begun by a transaction of the store:
+//
+//  1. The plan's status becomes "applying" and an intent journal is
+//     recorded with it: the staging directory's name (.strata-apply-<id>,
+//     inside the base) and every step of the move phase. New content is
+//     staged there and made durable; the base is not touched yet.
+//  2. The journal says "moving": the moves run — what goes is moved into
+//     the staging directory, what comes is moved (or, directories, made) in
+//     its place, then modes are set — and are made durable.
+//  3. In one transaction the plan is marked applied and the journal says
+//     "done"; then the staging directory and the journal go.
+//
+// A failure in phase 1 or 2 undoes every move in reverse and leaves the
+// base and the plan as they were ("nothing applied"). When the process
+// dies instead, the next command on the plan (Get, List and every change
+// of a plan, through any Manager over the store) finds the journal and
+// finishes deterministically: before phase 3 it rolls the apply back —
+// each step is undone if, and only if, the base and the staging directory
+// show it was made — and gives the plan back its status (open or
+// complete); in phase 3 the apply stands and only the staging directory
+// is removed. So the base is either exactly as before and the plan not
+// applied, or fully applied and the plan "applied". Should an undo itself
+// fail (someone put a file where a moved one must come back), the staging
+// directory and the journal are kept, the plan stays "applying", changes
+// to it are refused with the reason, and the next command tries again.
 //
 // After Apply the sandbox keeps its layers; its renamed base files may no
 // longer read (their origin is gone): discard the sandbox or start a new
@@ -592,46 +576,64 @@ func (m *Manager) Apply(ref string) (ApplyResult, error) {
 	if err != nil {
 		return ApplyResult{}, err
 	}
-	rootFd, err := unix.Open(info.Base, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	h, err := openHost(info.Base, ".strata-apply-"+layers.NewID())
 	if err != nil {
-		return ApplyResult{}, fmt.Errorf("apply %s: base %s: %w", p.Name, info.Base, err)
+		return ApplyResult{}, fmt.Errorf("apply %s: %w", p.Name, err)
 	}
-	defer unix.Close(rootFd)
-	h := &host{root: rootFd, dir: info.Base, name: ".strata-apply-" + layers.NewID()}
+	defer h.close()
 	if cf := append(append(broken1, broken2...), h.conflicts(cs, origins, info.Created)...); len(cf) > 0 {
 		sort.SliceStable(cf, func(i, j int) bool { return cf[i].Path < cf[j].Path })
 		return ApplyResult{}, &ConflictError{Plan: p.Name, Conflicts: cf}
 	}
-	if err := unix.Mkdirat(rootFd, h.name, 0o700); err != nil {
-		return ApplyResult{}, fmt.Errorf("apply %s: staging directory: %w", p.Name, err)
-	}
-	keepStage := false
-	defer func() {
-		if !keepStage {
-			os.RemoveAll(filepath.Join(info.Base, h.name))
-		}
-	}()
-	if h.stage, err = h.openat(h.name, unix.O_PATH|unix.O_DIRECTORY); err != nil {
-		return ApplyResult{}, fmt.Errorf("apply %s: staging directory: %w", p.Name, err)
-	}
-	defer unix.Close(h.stage)
-	if err := h.stageAll(live, cs); err != nil {
+
+	j := &applyJournal{Plan: p.ID, Base: info.Base, Stage: h.name, Steps: planSteps(cs)}
+	defer m.running(p.ID)()
+	if err := m.commitApply(j, phaseStaging); err != nil {
 		return ApplyResult{}, fmt.Errorf("apply %s: %w", p.Name, err)
 	}
-	if keepStage, err = h.move(cs); err != nil {
-		if keepStage {
-			return ApplyResult{}, fmt.Errorf("apply %s: %w", p.Name, err)
+	// fail forgets an apply that changed nothing in the base (any more).
+	fail := func(err error) (ApplyResult, error) {
+		err = fmt.Errorf("apply %s: nothing applied: %w", p.Name, err)
+		cerr := m.commitApply(j, phaseUndone)
+		if cerr == nil {
+			cerr = h.removeStage()
 		}
-		return ApplyResult{}, fmt.Errorf("apply %s: nothing applied: %w", p.Name, err)
+		if cerr == nil {
+			cerr = m.commitApply(j, "")
+		}
+		if cerr != nil {
+			return ApplyResult{}, fmt.Errorf("%w; the plan stays applying until its next command tidies up: %w", err, cerr)
+		}
+		return ApplyResult{}, err
 	}
-	err = m.store.Update(func(tx *layers.Txn) error {
-		return m.mutate(tx, p.ID, func(p *Plan) error {
-			p.Applied, p.Status, p.AppliedAt = true, StatusApplied, time.Now().UTC()
-			return nil
-		})
-	})
+	err = h.makeStage()
+	if err == nil {
+		err = fault(-1)
+	}
+	if err == nil {
+		err = h.stageAll(live, cs)
+	}
+	if err == nil {
+		err = m.commitApply(j, phaseMoving)
+	}
 	if err != nil {
-		return ApplyResult{}, fmt.Errorf("apply %s: the base was written but the plan could not be marked applied: %w", p.Name, err)
+		return fail(err)
+	}
+	n, err := h.move(j.Steps)
+	if err == nil {
+		err = m.commitApply(j, phaseDone)
+	}
+	if err != nil {
+		if uerr := h.rollback(j.Steps[:n]); uerr != nil {
+			return ApplyResult{}, fmt.Errorf("apply %s: %w; %w; the plan stays applying and its next command retries the undo", p.Name, err, uerr)
+		}
+		return fail(err)
+	}
+	// The apply stands. What is left is tidying up, which the plan's next
+	// command redoes should it fail here.
+	_ = fault(len(j.Steps) + 1)
+	if h.removeStage() == nil {
+		_ = m.commitApply(j, "")
 	}
 	res := cs.res
 	res.Plan, res.Sandbox, res.Base = p.ID, p.Sandbox, info.Base

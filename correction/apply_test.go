@@ -229,16 +229,38 @@ func TestApplyConflicts(t *testing.T) {
 	}
 }
 
-// TestApplyUndo fails the apply at every step of its move phase in turn
-// and checks that the base is left exactly as it was; then it lets it
-// through.
+// noStage fails the test when the base holds a staging directory or the
+// store an apply journal.
+func (e *env) noStage() {
+	e.t.Helper()
+	ents, _ := os.ReadDir(e.base)
+	for _, de := range ents {
+		if strings.HasPrefix(de.Name(), ".strata-apply-") {
+			e.t.Errorf("staging directory left: %s", de.Name())
+		}
+	}
+	err := e.store.View(func(tx *layers.Txn) error {
+		return tx.Scan("x/plan/apply/", func(key string, _ []byte) error {
+			e.t.Errorf("apply journal left: %s", key)
+			return nil
+		})
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestApplyUndo fails the apply at every point of its staging and move
+// phases in turn and checks that the base and the plan are left exactly as
+// they were; then it lets it through.
 func TestApplyUndo(t *testing.T) {
 	e := newEnv(t, applyBase)
 	must[Plan](t)(e.plans.Create("p", CreateOptions{Sandbox: "s"}))
 	changeAll(t, e)
 	orig := tree(t, e.base)
 	t.Cleanup(func() { applyFault = nil })
-	for step := 0; ; step++ {
+	step := -1
+	for ; ; step++ {
 		reached := false
 		applyFault = func(n int) error {
 			if n == step {
@@ -248,42 +270,44 @@ func TestApplyUndo(t *testing.T) {
 			return nil
 		}
 		_, err := e.plans.Apply("p")
-		if !reached {
-			if err != nil {
-				t.Fatalf("apply without a fault: %v", err)
-			}
-			if step < 10 {
-				t.Fatalf("only %d steps", step)
-			}
-			break
+		if err == nil {
+			break // past the last point that can fail
 		}
-		if err == nil || !strings.Contains(err.Error(), "nothing applied") {
-			t.Fatalf("step %d: got %v, want a failure that applied nothing", step, err)
+		if !reached || !strings.Contains(err.Error(), "nothing applied") || !strings.Contains(err.Error(), "injected") {
+			t.Fatalf("step %d: got %v, want the injected failure, nothing applied", step, err)
 		}
 		if d := diffTree(tree(t, e.base), orig); d != "" {
 			t.Fatalf("step %d: base after a failed apply:\n%s", step, d)
 		}
-		if e.plan("p").Applied {
-			t.Fatalf("step %d: plan marked applied", step)
+		if p := e.plan("p"); p.Applied || p.Status != StatusOpen {
+			t.Fatalf("step %d: plan after a failed apply: applied %v status %q, want open", step, p.Applied, p.Status)
 		}
+		e.noStage()
+	}
+	if step < 12 {
+		t.Errorf("the apply succeeded with a fault at step %d; want more steps", step)
 	}
 	if d := diffTree(tree(t, e.base), appliedTree); d != "" {
 		t.Errorf("base after apply:\n%s", d)
 	}
+	e.noStage()
 }
 
-// TestApplyUndoFails makes the undo itself fail: the staging directory is
-// kept, and the error says so.
+// TestApplyUndoFails makes the undo itself fail: the staging directory and
+// the journal are kept, the plan stays applying and refuses changes until
+// the obstacle is gone; then its next command finishes the undo.
 func TestApplyUndoFails(t *testing.T) {
 	e := newEnv(t, applyBase)
 	must[Plan](t)(e.plans.Create("p", CreateOptions{Sandbox: "s"}))
 	e.remove("del.txt")
 	e.write("new.txt", "n")
+	orig := tree(t, e.base)
+	intruder := filepath.Join(e.base, "del.txt")
 	t.Cleanup(func() { applyFault = nil })
 	applyFault = func(n int) error {
 		if n == 1 {
 			// Someone puts a file where the deleted one must come back.
-			os.WriteFile(filepath.Join(e.base, "del.txt"), []byte("intruder"), 0o644)
+			os.WriteFile(intruder, []byte("intruder"), 0o644)
 			return errors.New("injected")
 		}
 		return nil
@@ -292,6 +316,7 @@ func TestApplyUndoFails(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "undo failed") {
 		t.Fatalf("got %v, want an undo failure", err)
 	}
+	applyFault = nil
 	ents, _ := os.ReadDir(e.base)
 	kept := false
 	for _, de := range ents {
@@ -299,6 +324,36 @@ func TestApplyUndoFails(t *testing.T) {
 	}
 	if !kept {
 		t.Errorf("staging directory removed although it holds del.txt")
+	}
+	for _, tc := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"show", func() error { _, err := e.plans.Get("p"); return err }},
+		{"step begin", func() error { _, err := e.plans.Begin("p", "D1", ""); return err }},
+		{"apply", func() error { _, err := e.plans.Apply("p"); return err }},
+	} {
+		if err := tc.fn(); err == nil || !strings.Contains(err.Error(), "interrupted apply") || !strings.Contains(err.Error(), "file exists") {
+			t.Errorf("%s while the undo cannot finish: got %v, want the undo's failure", tc.name, err)
+		}
+	}
+	ps := must[[]Plan](t)(e.plans.List())
+	if len(ps) != 1 || ps[0].Status != StatusApplying {
+		t.Errorf("list while the undo cannot finish: got %+v, want p applying", ps)
+	}
+	if err := os.Remove(intruder); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.plan("p"); p.Status != StatusOpen || p.Applied {
+		t.Errorf("plan after the undo: status %q applied %v, want open", p.Status, p.Applied)
+	}
+	if d := diffTree(tree(t, e.base), orig); d != "" {
+		t.Errorf("base after the undo:\n%s", d)
+	}
+	e.noStage()
+	must[ApplyResult](t)(e.plans.Apply("p"))
+	if _, err := os.Lstat(intruder); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("del.txt after apply: got %v, want it gone", err)
 	}
 }
 

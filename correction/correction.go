@@ -27,7 +27,6 @@
 package correction
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -44,6 +43,9 @@ var (
 	// ErrPlanApplied: the plan was applied to its base; it can no longer be
 	// rolled back, corrected or stepped.
 	ErrPlanApplied = errors.New("plan already applied")
+	// ErrApplying: an apply of the plan is under way, or was interrupted
+	// and could not be undone yet (see Apply); the plan takes no changes.
+	ErrApplying = errors.New("plan is being applied")
 	// ErrNoFailedDecision: a revert without a decision found no failed one.
 	ErrNoFailedDecision = errors.New("no failed decision")
 	// ErrStepNotBegun: step end of a decision that is not running.
@@ -74,6 +76,7 @@ const (
 const (
 	StatusOpen     = "open"
 	StatusComplete = "complete"
+	StatusApplying = "applying"
 	StatusApplied  = "applied"
 
 	StatusRunning    = "running"
@@ -196,24 +199,14 @@ func checkpointLabel(p *Plan, step int, phase string) string {
 }
 
 func getPlan(tx *layers.Txn, id string) (*Plan, error) {
-	b, err := tx.Get(keyPlan(id))
-	if err != nil {
-		return nil, fmt.Errorf("plan %s: %w", id, layers.ErrNotFound)
-	}
 	var p Plan
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("plan %s: %v: %w", id, err, layers.ErrCorrupt)
+	if err := getJSON(tx, keyPlan(id), "plan "+id, &p); err != nil {
+		return nil, err
 	}
 	return &p, nil
 }
 
-func putPlan(tx *layers.Txn, p *Plan) error {
-	b, err := json.Marshal(p)
-	if err != nil {
-		return err
-	}
-	return tx.Set(keyPlan(p.ID), b)
-}
+func putPlan(tx *layers.Txn, p *Plan) error { return putJSON(tx, keyPlan(p.ID), p) }
 
 // CreateOptions configure a new plan.
 type CreateOptions struct {
@@ -306,10 +299,25 @@ func (m *Manager) Create(name string, o CreateOptions) (Plan, error) {
 	return p, nil
 }
 
-// List returns every plan of the store, oldest first.
+// List returns every plan of the store, oldest first. It first finishes
+// the applies a crash interrupted (see Apply); one that cannot be finished
+// is listed as applying, and Get says why.
 func (m *Manager) List() ([]Plan, error) {
-	out := []Plan{}
+	var pending []string
 	err := m.store.View(func(tx *layers.Txn) error {
+		return tx.Scan("x/plan/apply/", func(key string, _ []byte) error {
+			pending = append(pending, strings.TrimPrefix(key, "x/plan/apply/"))
+			return nil
+		})
+	})
+	for _, id := range pending {
+		_ = m.recoverApply(id)
+	}
+	out := []Plan{}
+	if err != nil {
+		return out, err
+	}
+	err = m.store.View(func(tx *layers.Txn) error {
 		return tx.Scan("x/plan/p/", func(key string, _ []byte) error {
 			p, err := getPlan(tx, strings.TrimPrefix(key, "x/plan/p/"))
 			if err != nil {
@@ -367,21 +375,48 @@ func (m *Manager) load(tx *layers.Txn, id string) (*Plan, error) {
 }
 
 // Get returns the plan ref names (id, 6+ character id prefix or name). It
-// fails with ErrSandboxGone when the plan's sandbox was removed.
+// fails with ErrSandboxGone when the plan's sandbox was removed. An apply
+// of the plan that a crash interrupted is finished first (see Apply); if
+// that fails, so does Get, saying why.
 func (m *Manager) Get(ref string) (Plan, error) {
+	p, pending, err := m.get(ref)
+	if err == nil && pending {
+		if err = m.recoverApply(p.ID); err == nil {
+			p, _, err = m.get(p.ID)
+		}
+	}
+	return p, err
+}
+
+// get reads plan ref and whether it has an apply journal.
+func (m *Manager) get(ref string) (Plan, bool, error) {
 	var p *Plan
+	pending := false
 	err := m.store.View(func(tx *layers.Txn) error {
 		id, err := resolve(tx, ref)
 		if err != nil {
 			return err
 		}
+		_, jerr := tx.Get(keyApply(id))
+		pending = jerr == nil
 		p, err = m.load(tx, id)
 		return err
 	})
 	if err != nil {
-		return Plan{}, err
+		return Plan{}, false, err
 	}
-	return *p, nil
+	return *p, pending, nil
+}
+
+// final refuses a change of plan p when it is applied or being applied.
+func final(p *Plan) error {
+	switch {
+	case p.Applied:
+		return fmt.Errorf("plan %s: %w", p.Name, ErrPlanApplied)
+	case p.Status == StatusApplying:
+		return fmt.Errorf("plan %s: %w", p.Name, ErrApplying)
+	}
+	return nil
 }
 
 // mutate reads plan id in tx, refuses an applied plan, runs fn and writes
@@ -391,8 +426,8 @@ func (m *Manager) mutate(tx *layers.Txn, id string, fn func(p *Plan) error) erro
 	if err != nil {
 		return err
 	}
-	if p.Applied {
-		return fmt.Errorf("plan %s: %w", p.Name, ErrPlanApplied)
+	if err := final(p); err != nil {
+		return err
 	}
 	if err := fn(p); err != nil {
 		return err
@@ -408,10 +443,7 @@ func (m *Manager) prepare(ref string) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	if p.Applied {
-		return Plan{}, fmt.Errorf("plan %s: %w", p.Name, ErrPlanApplied)
-	}
-	return p, nil
+	return p, final(&p)
 }
 
 // errChanged: the plan changed between reading it and the transaction that
@@ -746,9 +778,6 @@ func (m *Manager) revert(ref string, o CorrectOptions) (CorrectResult, error) {
 	c := Correction{ID: layers.NewID(), Mode: Revert, Reason: o.Reason, Decision: d.ID, Checkpoint: d.Checkpoint}
 	res, err := m.cp.RollbackTx(p.Sandbox, d.Checkpoint, func(tx *layers.Txn, archive string) error {
 		return m.mutate(tx, p.ID, func(p *Plan) error {
-			if len(p.Decisions) <= target || p.Decisions[target].Checkpoint != d.Checkpoint {
-				return fmt.Errorf("plan %s: %w", p.Name, errChanged)
-			}
 			c.Reverted = markReverted(p, func(x Decision) bool { return x.Step < d.Step })
 			c.Archive = archive
 			c.Created = time.Now().UTC()

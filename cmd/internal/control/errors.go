@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/strata-sandbox/strata/checkpoint"
+	"github.com/strata-sandbox/strata/correction"
 	"github.com/strata-sandbox/strata/layers"
 )
 
@@ -34,6 +35,13 @@ var codes = []struct {
 }{
 	{"ambiguous", checkpoint.ErrAmbiguous},
 	{"other_sandbox", checkpoint.ErrOtherSandbox},
+	{"sandbox_gone", correction.ErrSandboxGone}, // wraps layers.ErrNotFound
+	{"plan_applied", correction.ErrPlanApplied},
+	{"plan_applying", correction.ErrApplying},
+	{"no_failed_decision", correction.ErrNoFailedDecision},
+	{"step_not_begun", correction.ErrStepNotBegun},
+	{"conflict", correction.ErrConflict},
+	{"nothing_to_apply", correction.ErrNothingToApply},
 	{"not_found", layers.ErrNotFound},
 	{"exists", layers.ErrExists},
 	{"mounted", layers.ErrMounted},
