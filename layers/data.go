@@ -334,6 +334,10 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 		v.mu.Unlock()
 		return 0, err
 	}
+	if err := v.s.checkSpace(); err != nil {
+		v.mu.Unlock()
+		return 0, err
+	}
 	st, err := v.getInode(ino)
 	if err != nil {
 		v.mu.Unlock()

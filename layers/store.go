@@ -205,9 +205,18 @@ func (s *Store) View(fn func(tx *Txn) error) error {
 }
 
 // NewID returns a new ULID, the id format of layers, checkpoints and plans.
+// Ids made by one process increase strictly, even within a millisecond, so
+// sorting by id is sorting by creation.
 func NewID() string {
-	return ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String()
+	idMu.Lock()
+	defer idMu.Unlock()
+	return ulid.MustNew(ulid.Timestamp(time.Now()), idEntropy).String()
 }
+
+var (
+	idMu      sync.Mutex // protects idEntropy
+	idEntropy = ulid.Monotonic(rand.Reader, 0)
+)
 
 func (s *Store) nextIno() (uint64, error) {
 	n, err := s.seq.Next()
@@ -431,6 +440,27 @@ func (s *Store) dropLayerData(id string) error {
 }
 
 func (s *Store) dataPath(layer string) string { return filepath.Join(s.dir, "data", layer) }
+
+// checkSpace fails with ErrNoSpace when the store's file system has less
+// free space than the reserve kept for metadata. Badger writes its journal
+// and tables through memory maps of sparse files, and a write
+// into a mapped page the file system cannot back kills the process with
+// SIGBUS instead of failing with ENOSPC. So the operations that grow the
+// store (data writes, new inodes, links, xattrs) stop at the reserve,
+// while those that free space (unlink, truncate) and the small metadata
+// of checkpoints and rollbacks may use it.
+func (s *Store) checkSpace() error {
+	var fs syscall.Statfs_t
+	if err := syscall.Fstatfs(int(s.lockf.Fd()), &fs); err != nil {
+		return nil // nothing to go by; the writes report ENOSPC themselves
+	}
+	total, free := fs.Blocks*uint64(fs.Bsize), fs.Bavail*uint64(fs.Bsize)
+	// Badger's memtable journal (32 MiB) plus the table it is flushed to.
+	if free < min(96<<20, total/4) {
+		return fmt.Errorf("%w: %d bytes free, the rest is kept for metadata", ErrNoSpace, free)
+	}
+	return nil
+}
 
 // mapOSErr turns the errors of the host into this package's sentinels where
 // callers need to tell them apart.
