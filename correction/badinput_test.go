@@ -126,6 +126,9 @@ func TestBadInput(t *testing.T) {
 func TestAmbiguousPrefix(t *testing.T) {
 	e := newEnv(t, fillBase)
 	a := must[Plan](t)(e.plans.Create("a", CreateOptions{Sandbox: "s"}))
+	// Ids made within one millisecond share all but their last characters;
+	// a later millisecond keeps the 20-character prefix below unique.
+	time.Sleep(2 * time.Millisecond)
 	b := must[Plan](t)(e.plans.Create("b", CreateOptions{Sandbox: "s"}))
 	n := 0
 	for a.ID[:6] != b.ID[:6] {
