@@ -265,6 +265,9 @@ func (v *View) Tmpfile(dir uint64, mode uint32, c Caller) (Attr, error) {
 	if dst.rec.Nlink == 0 {
 		return Attr{}, fmt.Errorf("directory %d was removed: %w", dir, ErrNotFound)
 	}
+	if err := v.s.checkSpace(); err != nil {
+		return Attr{}, err
+	}
 	ino, err := v.s.nextIno()
 	if err != nil {
 		return Attr{}, err
