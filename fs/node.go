@@ -81,6 +81,11 @@ func caller(ctx context.Context) layers.Caller {
 
 // Lookup finds a child by name.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	// The kernel passes names of up to 1024 bytes; a name no entry can have
+	// is too long, not missing, as local file systems answer.
+	if len(name) > layers.MaxNameLen {
+		return nil, syscall.ENAMETOOLONG
+	}
 	a, err := n.view().Lookup(n.ino(), name)
 	if err != nil {
 		return nil, toErrno(err)

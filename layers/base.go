@@ -20,8 +20,20 @@ type baseDir struct {
 
 const resolveSafe = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
+// openBase opens the base directory. Its path was resolved when the
+// sandbox was created, so a link anywhere in it now means the host moved
+// things around since: following it would serve another directory.
 func openBase(path string) (*baseDir, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	how := &unix.OpenHow{
+		// No O_NOFOLLOW: a link as the last component fails with ELOOP too,
+		// which says what is wrong better than ENOTDIR.
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, how)
+	for err == unix.EINTR || err == unix.EAGAIN {
+		fd, err = unix.Openat2(unix.AT_FDCWD, path, how)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("base %s: %w", path, mapOSErr(err))
 	}

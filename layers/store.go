@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/oklog/ulid/v2"
@@ -275,6 +276,11 @@ func (s *Store) CreateSandbox(name, base string, blockSize int) (SandboxInfo, er
 	abs, err = filepath.EvalSymlinks(abs)
 	if err != nil {
 		return SandboxInfo{}, fmt.Errorf("base %s: %w", base, mapOSErr(err))
+	}
+	// The record is JSON, which would turn the bytes of an invalid UTF-8
+	// path into U+FFFD: the sandbox would open another directory.
+	if !utf8.ValidString(abs) {
+		return SandboxInfo{}, fmt.Errorf("base %q: the path is not valid UTF-8: %w", base, ErrInvalid)
 	}
 	st, err := os.Stat(abs)
 	if err != nil {

@@ -50,6 +50,7 @@ type env struct {
 	mnt   string
 	mnt2  string
 	extra []string // environment of every command, on top of the test's
+	cwd   string   // working directory of every command; "" for the test's
 }
 
 func newEnv(t *testing.T) *env {
@@ -114,6 +115,7 @@ func (e *env) run(args ...string) result {
 	e.t.Helper()
 	cmd := exec.Command(strataBin, args...)
 	cmd.Env = append(append(os.Environ(), "STRATA_STORE="+e.store), e.extra...)
+	cmd.Dir = e.cwd
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -54,6 +54,9 @@ func (c *Client) PID() int { return c.ping.PID }
 // matches against the sentinel of its code.
 func (c *Client) Call(op string, args, result any) error {
 	req := Request{Op: op}
+	if err := checkUTF8(args); err != nil {
+		return err
+	}
 	if args != nil {
 		b, err := json.Marshal(args)
 		if err != nil {

@@ -171,6 +171,9 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 // Call runs op in this process, as a request over the socket would: args
 // and result go through JSON, and the handler's error is returned as is.
 func (s *Server) Call(op string, args, result any) error {
+	if err := checkUTF8(args); err != nil {
+		return err
+	}
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return err
