@@ -171,7 +171,7 @@ func newCheckpointDiffCommand(g *globals) *cobra.Command {
 			if len(args) == 0 {
 				return usageErrorf(cmd, "missing FROM")
 			}
-			return maxArgs(2)(cmd, args)
+			return maxArgs("FROM", "TO")(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a := control.DiffArgs{From: args[0]}

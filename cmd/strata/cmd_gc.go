@@ -17,7 +17,7 @@ and the data files of layers that no longer exist. Collection covers the
 whole store (layers are shared between forks); NAME, if given, must name a
 sandbox. A crash part way leaves nothing a sandbox needs removed: the records
 go in one transaction, the data after it.`,
-		Args: maxArgs(1),
+		Args: maxArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := ""
 			if len(args) == 1 {

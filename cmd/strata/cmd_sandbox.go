@@ -49,6 +49,11 @@ func newSandboxCreateCommand(g *globals) *cobra.Command {
 			if o.base == "" {
 				return usageErrorf(cmd, "missing --base DIR")
 			}
+			if cmd.Flags().Changed("block-size") && o.blockSize == 0 {
+				// 0 is how the store is told "the default"; said aloud it
+				// is a mistake.
+				return usageErrorf(cmd, "--block-size 0: want a power of two such as 64K or 1M")
+			}
 			return runSandboxCreate(g, o)
 		},
 	}

@@ -11,7 +11,7 @@ func newStatusCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status [NAME]",
 		Short: "Show the store's server and mounts, or one sandbox's",
-		Args:  maxArgs(1),
+		Args:  maxArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := ""
 			if len(args) == 1 {

@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/strata-sandbox/strata/cmd/internal/control"
@@ -43,19 +46,28 @@ func runUnmount(g *globals, target string) error {
 	if err != nil {
 		return fail(what, err, target)
 	}
-	var info control.MountInfo
+	var res control.UnmountResult
 	if c != nil {
-		err = c.Call(control.OpUnmount, args, &info)
+		err = c.Call(control.OpUnmount, args, &res)
+		pid := c.PID()
 		c.Close()
+		if err == nil && res.ServerExits {
+			// The server exits with its last mount: return once it has
+			// let go of the store, so that the next command can open it.
+			if err := waitExit(pid, serverExitTimeout); err != nil {
+				return &cliError{what: what, err: err, hint: "see " + g.serverLog()}
+			}
+		}
 	} else {
 		// Nothing serves the store: at most a dead server left its mounts.
-		info, err = unmountStale(st, args, target)
+		res.MountInfo, err = unmountStale(st, args, target)
 	}
 	if err != nil {
 		return fail(what, err, target)
 	}
+	info := res.MountInfo
 	if g.json {
-		return printJSON(g.stdout, info)
+		return printJSON(g.stdout, res)
 	}
 	note := ""
 	if info.Stale {
@@ -77,4 +89,35 @@ func unmountStale(st *layers.Store, a control.UnmountArgs, target string) (contr
 		return control.MountInfo{}, err
 	}
 	return control.MountInfo{}, control.ErrNotMounted
+}
+
+// serverExitTimeout bounds how long unmount waits for a server that exits
+// with its last mount to release the store: a close flushes the store's
+// tables, which takes a moment on a loaded machine, never this long.
+const serverExitTimeout = 30 * time.Second
+
+// waitExit waits until process pid has exited (a zombie counts: it holds
+// no files, so no store lock), for at most d.
+func waitExit(pid int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for !processExited(pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the mount is gone, but its server (pid %d) still holds the store after %v", pid, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// processExited reports whether process pid is gone or a zombie.
+func processExited(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	// "pid (comm) S ...": the state follows the last ')'; comm may hold
+	// anything, parentheses too.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X')
 }

@@ -116,18 +116,30 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 		if len(args) > len(names) {
 			return usageErrorf(cmd, "unexpected argument %q", args[len(names)])
 		}
-		return nil
+		return nonEmptyArgs(cmd, names, args)
 	}
 }
 
-// maxArgs accepts up to n positional arguments.
-func maxArgs(n int) cobra.PositionalArgs {
+// maxArgs accepts up to len(names) positional arguments, all optional.
+func maxArgs(names ...string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if len(args) > n {
-			return usageErrorf(cmd, "unexpected argument %q", args[n])
+		if len(args) > len(names) {
+			return usageErrorf(cmd, "unexpected argument %q", args[len(names)])
 		}
-		return nil
+		return nonEmptyArgs(cmd, names, args)
 	}
+}
+
+// nonEmptyArgs refuses an empty argument as bad usage: "" names no
+// sandbox or id, and as a path it would mean the working directory (a
+// mount over it, an export into it).
+func nonEmptyArgs(cmd *cobra.Command, names, args []string) error {
+	for i, a := range args {
+		if a == "" {
+			return usageErrorf(cmd, "empty argument %s", names[i])
+		}
+	}
+	return nil
 }
 
 // groupRun is the RunE of a command that only groups subcommands: with no

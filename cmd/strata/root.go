@@ -44,6 +44,11 @@ func newRootCommand(g *globals) *cobra.Command {
 		Args:          cobra.ArbitraryArgs,
 		RunE:          groupRun,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if g.store == "" {
+				// Not the working directory: a store made there by mistake
+				// is hard to notice.
+				return usageErrorf(cmd, "--store: empty; want the store's directory")
+			}
 			abs, err := filepath.Abs(g.store)
 			if err != nil {
 				return fail("store "+g.store, err, "")
@@ -70,6 +75,7 @@ func newRootCommand(g *globals) *cobra.Command {
 		newLayersCommand(g),
 		newArchiveCommand(g),
 		newGCCommand(g),
+		newFsckCommand(g),
 		newPlanCommand(g),
 	)
 	return root

@@ -209,7 +209,7 @@ func (s *Server) mountLocked(a MountArgs) (MountInfo, error) {
 	return lm.info, nil
 }
 
-func (s *Server) unmount(ctx context.Context, a UnmountArgs) (MountInfo, error) {
+func (s *Server) unmount(ctx context.Context, a UnmountArgs) (UnmountResult, error) {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	s.mu.Lock()
@@ -227,14 +227,17 @@ func (s *Server) unmount(ctx context.Context, a UnmountArgs) (MountInfo, error) 
 		if what == "" {
 			what = a.Mountpoint
 		}
-		return MountInfo{}, coded(ErrNotMounted, fmt.Sprintf("%s is not mounted", what))
+		return UnmountResult{}, coded(ErrNotMounted, fmt.Sprintf("%s is not mounted", what))
 	}
 	if err := lm.m.Unmount(); err != nil {
 		if isBusy(err) {
-			return MountInfo{}, coded(ErrBusy, fmt.Sprintf("mountpoint %s is busy: files are open or a process works in it", lm.info.Mountpoint))
+			return UnmountResult{}, coded(ErrBusy, fmt.Sprintf("mountpoint %s is busy: files are open or a process works in it", lm.info.Mountpoint))
 		}
-		return MountInfo{}, err
+		return UnmountResult{}, err
 	}
 	<-lm.gone
-	return lm.info, lm.err
+	if lm.err != nil {
+		return UnmountResult{}, lm.err
+	}
+	return UnmountResult{MountInfo: lm.info, ServerExits: s.exitAfterAnswer(ctx)}, nil
 }

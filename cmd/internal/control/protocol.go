@@ -106,6 +106,14 @@ type MountInfo struct {
 	Stale bool `json:"stale,omitempty"`
 }
 
+// UnmountResult is unmount's result: the mount, gone and flushed, and
+// whether its server exits now that it serves nothing. A client that wants
+// the store free when it returns waits for the server's process to end.
+type UnmountResult struct {
+	MountInfo
+	ServerExits bool `json:"server_exits,omitempty"`
+}
+
 // Ping is ping's result.
 type Ping struct {
 	PID   int    `json:"pid"`

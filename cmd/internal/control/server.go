@@ -115,6 +115,7 @@ func NewServer(st *layers.Store, o Options) *Server {
 	s.Handle(OpUnmount, Typed(s.unmount))
 	s.registerCheckpointOps()
 	s.registerPlanOps()
+	s.Handle(OpFsck, Typed(s.fsck))
 	return s
 }
 
@@ -301,7 +302,7 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			continue
 		}
-		resp := s.answer(line)
+		resp := s.answer(c, line)
 		b, _ := json.Marshal(resp)
 		_, werr := c.Write(append(b, '\n'))
 		s.mu.Lock()
@@ -330,12 +331,17 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 	}
 }
 
-func (s *Server) answer(line []byte) Response {
+// connKey is the context key under which a request's handler finds the
+// connection it came on (absent for Call in process).
+type connKey struct{}
+
+func (s *Server) answer(c net.Conn, line []byte) Response {
 	var req Request
 	if err := json.Unmarshal(line, &req); err != nil {
 		return Response{Error: fmt.Sprintf("bad request: %v", err), Code: "invalid"}
 	}
-	res, err := s.dispatch(context.Background(), req.Op, req.Args)
+	ctx := context.WithValue(context.Background(), connKey{}, c)
+	res, err := s.dispatch(ctx, req.Op, req.Args)
 	if err != nil {
 		return Response{Error: err.Error(), Code: ErrorCode(err)}
 	}
@@ -428,6 +434,33 @@ func (s *Server) exitIfIdle() {
 		s.log.Printf("no mounts and no clients left; exiting")
 		go s.Shutdown()
 	}
+}
+
+// exitAfterAnswer is called by a handler over the socket that may have
+// left the server without mounts. If the server is to exit when idle, has
+// no mount left and the requesting client is its only one, the server
+// exits: it refuses new requests at once and shuts down once the answer
+// is out. It reports whether the server is exiting (also when it already
+// was), so that the client can wait until the store is free.
+func (s *Server) exitAfterAnswer(ctx context.Context) bool {
+	if !s.opts.ExitWhenIdle {
+		return false
+	}
+	c, viaSocket := ctx.Value(connKey{}).(net.Conn)
+	s.mu.Lock()
+	_, mine := s.conns[c]
+	wasClosing := s.closing
+	exit := viaSocket && mine && len(s.conns) == 1 && len(s.mounts) == 0 && !wasClosing
+	if exit {
+		s.closing = true // no mount may sneak in now
+	}
+	s.mu.Unlock()
+	if exit {
+		s.log.Printf("no mounts left and no other clients; exiting")
+		// Shutdown waits for the answer in flight to be written.
+		go s.Shutdown()
+	}
+	return exit || wasClosing
 }
 
 func (s *Server) saveRecordLocked() {

@@ -1,0 +1,61 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/strata-sandbox/strata/layers"
+)
+
+// OpFsck is the op that checks the whole store.
+const OpFsck = "fsck"
+
+// FsckResult is fsck's result: what layers.Store.Fsck checked and found,
+// with OK set when it found nothing wrong.
+type FsckResult struct {
+	OK bool `json:"ok"`
+	layers.FsckReport
+}
+
+// fsck checks the whole store and repairs nothing. It runs under
+// Exclusive, so no rollback, restore or gc repoints a stack while the
+// stacks are walked, and it first syncs every live read-write mount: the
+// blocks a mount has written but not sealed yet have no checksums on disk,
+// and fsck is to judge what a crash would leave, not a half-written block.
+func (s *Server) fsck(ctx context.Context, _ empty) (FsckResult, error) {
+	return exclusive(s, func() (FsckResult, error) {
+		if err := s.syncMounts(); err != nil {
+			return FsckResult{}, err
+		}
+		rep, err := s.store.Fsck()
+		if err != nil {
+			return FsckResult{}, err
+		}
+		if rep.Problems == nil {
+			rep.Problems = []layers.Problem{}
+		}
+		return FsckResult{OK: len(rep.Problems) == 0, FsckReport: rep}, nil
+	})
+}
+
+// syncMounts syncs the views of the live mounts, in name order. A mount
+// that went away meanwhile (a user's umount) has nothing left to sync.
+func (s *Server) syncMounts() error {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.mounts))
+	views := map[string]*layers.View{}
+	for name, lm := range s.mounts {
+		names = append(names, name)
+		views[name] = lm.m.View()
+	}
+	s.mu.Unlock()
+	sort.Strings(names)
+	for _, name := range names {
+		if err := views[name].Sync(); err != nil && !errors.Is(err, layers.ErrClosed) {
+			return fmt.Errorf("sync the mount of %s before checking: %w", name, err)
+		}
+	}
+	return nil
+}
