@@ -5,7 +5,9 @@
 #   make test    all tests, then the race detector on the concurrent packages
 #   make lint    gofmt, go vet, staticcheck
 #   make cover   coverage per core package
-#   make bench   side-by-side benchmark (root; minutes) into docs/bench.md
+#   make bench   side-by-side benchmarks (root; minutes) into docs/bench.md, then bench-checkpoint
+#   make bench-checkpoint  checkpoint/rollback vs git, cp -a, btrfs (root; ~5 min) into docs/bench-checkpoint.md
+#   make stress  the long reliability runs (root, /dev/fuse; see docs/reliability.md)
 
 GO ?= go
 # Tools installed with `go install` (staticcheck) live here.
@@ -16,7 +18,7 @@ RACE_PKGS = ./layers/... ./fs/...
 # Packages whose coverage `make cover` reports; absent ones are noted.
 COVER_PKGS = layers checkpoint correction
 
-.PHONY: build test lint cover bench demo
+.PHONY: build test lint cover bench bench-checkpoint demo stress
 
 build:
 	$(GO) build ./...
@@ -51,6 +53,29 @@ bench:
 	$(GO) build -o bin/strata ./cmd/strata
 	@mkdir -p docs
 	$(GO) run ./cmd/strata-bench -strata ./bin/strata -out docs/bench.md $(ARGS)
+	$(MAKE) bench-checkpoint
+
+# Checkpoint and rollback through the Go API and the CLI, side by side with
+# git, cp -a and btrfs snapshots (root; btrfs-progs and rsync where present).
+# CKPT_ARGS='-quick' for a smoke run; see docs/bench-checkpoint.md.
+bench-checkpoint:
+	$(GO) build -o bin/strata ./cmd/strata
+	@mkdir -p docs
+	$(GO) run ./cmd/strata-bench -suite checkpoint -strata ./bin/strata -out docs/bench-checkpoint.md $(CKPT_ARGS)
+
+# The long variants of the tests `make test` runs short (docs/reliability.md
+# has what each checks and the figures): a million random operations
+# against the model, then hundreds of kill -9s of the serving process.
+# The checkpoint package's older crash test never prunes, so each kill
+# verifies more checkpoints than the last: it gets fewer kills.
+# -v: the runs log their progress and figures.
+STRESS_OPS ?= 1000000
+STRESS_KILLS ?= 300
+STRESS_KILLS_NOPRUNE ?= 100
+stress:
+	STRATA_STRESS_OPS=$(STRESS_OPS) $(GO) test -count=1 -p 1 -timeout 120m -v -run '^TestStressRandomOpsCheckpointsRollbacks$$' ./checkpoint
+	STRATA_CRASH_KILLS=$(STRESS_KILLS) $(GO) test -count=1 -p 1 -timeout 120m -v -run '^TestCrashKill' ./cmd/strata
+	STRATA_CRASH_KILLS=$(STRESS_KILLS_NOPRUNE) $(GO) test -count=1 -p 1 -timeout 120m -v -run '^TestCrashDuringCheckpointAndRollback$$' ./checkpoint
 
 # A throwaway store, base and mountpoint under one temporary directory,
 # removed at the end even if a step fails (the trap also unmounts).

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -72,6 +73,15 @@ func quickTargets(t *testing.T) []string {
 // runBench runs the command line in-process with -json and decodes the report.
 func runBench(t *testing.T, args ...string) *report {
 	t.Helper()
+	var rep report
+	runJSON(t, &rep, args...)
+	return &rep
+}
+
+// runJSON runs the command line in-process with -json and decodes the
+// report into rep.
+func runJSON(t *testing.T, rep any, args ...string) {
+	t.Helper()
 	work := t.TempDir()
 	out := filepath.Join(work, "report.json")
 	var stdout, stderr bytes.Buffer
@@ -91,11 +101,9 @@ func runBench(t *testing.T, args ...string) *report {
 	if !bytes.Equal(data, stdout.Bytes()) {
 		t.Errorf("-out file differs from stdout")
 	}
-	var rep report
-	if err := json.Unmarshal(data, &rep); err != nil {
+	if err := json.Unmarshal(data, rep); err != nil {
 		t.Fatalf("decode report: %v", err)
 	}
-	return &rep
 }
 
 func TestQuickRun(t *testing.T) {
@@ -226,4 +234,95 @@ func TestFormat(t *testing.T) {
 	if got := median([]float64{4, 1, 2, 3}); got != 2.5 {
 		t.Errorf("median: got %v, want 2.5", got)
 	}
+}
+
+// TestCheckpointQuickRun runs the checkpoint suite at its -quick sizes
+// against every peer this machine has: every peer must checkpoint, roll
+// back (the suite checks each rollback's content) and report sane figures.
+func TestCheckpointQuickRun(t *testing.T) {
+	if os.Geteuid() != 0 {
+		require(t, "needs root to mount FUSE and btrfs")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		require(t, "no /dev/fuse")
+	}
+	var rep ckptReport
+	runJSON(t, &rep, "-suite", "checkpoint", "-quick")
+
+	ok := map[string]bool{}
+	for _, st := range rep.Peers {
+		switch {
+		case st.Status == statusOK:
+			ok[st.Name] = true
+		case st.Name == "btrfs" && st.Status == statusSkipped:
+			t.Logf("peer btrfs: %s", st)
+		default:
+			t.Errorf("peer %s: got %s, want ok", st.Name, st)
+		}
+	}
+	for _, f := range rep.Failures {
+		t.Errorf("%s at %d files failed: %s", f.Peer, f.Files, f.Error)
+	}
+	if got, want := rep.Meta.Sizes, []int{100, 400}; !slices.Equal(got, want) {
+		t.Fatalf("sizes: got %v, want %v", got, want)
+	}
+	for _, peer := range allPeers {
+		if !ok[peer] {
+			continue
+		}
+		for _, n := range rep.Meta.Sizes {
+			x := rep.result(peer, n)
+			if x == nil {
+				t.Errorf("%s at %d files: no result", peer, n)
+				continue
+			}
+			if x.Rounds != 3 || len(x.Checkpoint.Seconds) != 3 || len(x.Rollback.Seconds) != 3 {
+				t.Errorf("%s at %d files: %d rounds, %d checkpoint and %d rollback times; want 3 each",
+					peer, n, x.Rounds, len(x.Checkpoint.Seconds), len(x.Rollback.Seconds))
+			}
+			for _, l := range []latency{x.Checkpoint, x.Rollback} {
+				if l.P50 <= 0 || l.P90 < l.P50 || l.P90 > 60 {
+					t.Errorf("%s at %d files: p50 %v, p90 %v: want 0 < p50 ≤ p90 < 60 s", peer, n, l.P50, l.P90)
+				}
+			}
+			// The storage phase stops after its first checkpoint once a
+			// quarter of the budget is spent: a loaded machine may get there.
+			if x.First <= 0 || x.StorageCheckpoints < 1 || x.StorageCheckpoints > 2 {
+				t.Errorf("%s at %d files: first checkpoint %v s, %d storage checkpoints", peer, n, x.First, x.StorageCheckpoints)
+			}
+			// Three 8-byte edits: every peer stores something, and none
+			// more than a copy of the workspace (6 KiB files at most).
+			// Strata's store may fill space it freed before, so only its
+			// own account must grow.
+			least := int64(1)
+			if strings.HasPrefix(peer, "strata") {
+				least = 0
+			}
+			if x.StoredPerCheckpoint < least || x.StoredPerCheckpoint > int64(n)*8*kib {
+				t.Errorf("%s at %d files: %s stored per checkpoint", peer, n, fmtBytes(x.StoredPerCheckpoint))
+			}
+			if peer != "btrfs" && x.OwnPerCheckpoint <= 0 {
+				t.Errorf("%s at %d files: own account %d bytes per checkpoint, want > 0", peer, n, x.OwnPerCheckpoint)
+			}
+		}
+	}
+	// A copy holds every file: at least 200 bytes each.
+	if x := rep.result("cp-a", 400); x != nil && x.OwnPerCheckpoint < 400*200 {
+		t.Errorf("cp-a at 400 files: a copy of %s, want at least %s", fmtBytes(x.OwnPerCheckpoint), fmtBytes(400*200))
+	}
+	if len(rep.Goals) != 6 {
+		t.Errorf("goals: got %d, want 6: %+v", len(rep.Goals), rep.Goals)
+	}
+	for _, g := range rep.Goals {
+		if g.Verdict != "met" && g.Verdict != "missed" {
+			t.Errorf("goal %q: verdict %q", g.What, g.Verdict)
+		}
+	}
+	md := rep.Markdown()
+	for _, want := range []string{"## Checkpoint latency", "## Rollback latency", "## Bytes per checkpoint", "| strata-api | "} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+	t.Logf("report:\n%s", md)
 }

@@ -3,6 +3,10 @@
 // fuse-overlayfs, go-fuse's loopback and strata — and prints how each
 // target's time and storage compare with native, as Markdown or JSON.
 //
+// With -suite checkpoint it measures checkpoint and rollback instead:
+// Strata through its Go API and its CLI, side by side with git commits,
+// cp -a copies and btrfs snapshots of the same workspace (see ckpt.go).
+//
 // Every target gets an identical, deterministically generated base for each
 // workload, and every repetition runs on a fresh target. Mounts are taken
 // down on return, on error, on panic and on SIGINT/SIGTERM/SIGHUP.
@@ -11,6 +15,8 @@
 //
 //	strata-bench [-targets native,overlayfs,...] [-workloads ...] [-quick]
 //	             [-size SCALE] [-reps N] [-strata BIN] [-work DIR] [-out FILE] [-json]
+//	strata-bench -suite checkpoint [-peers strata-api,git,...] [-files 1000,50000]
+//	             [-rounds N] [-changes N] [-budget D] [-quick] [-strata BIN] [-out FILE] [-json]
 //	strata-bench -serve-loopback DIR MNT   # internal: serve a go-fuse loopback
 //
 // It needs root for overlayfs, drop_caches and direct FUSE mounts.
@@ -48,6 +54,8 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 		asJSON    = fl.Bool("json", false, "print the report as JSON instead of Markdown")
 		timeout   = fl.Duration("timeout", 30*time.Minute, "abort a single workload run after this long (its mount is force-detached)")
 		serveLoop = fl.Bool("serve-loopback", false, "internal: serve a go-fuse loopback of DIR at MNT until unmounted")
+		suite     = fl.String("suite", "fs", "fs: file-system workloads on each target; checkpoint: checkpoint and rollback against git, cp -a and btrfs")
+		ckpt      = addCkptFlags(fl)
 	)
 	if err := fl.Parse(args); err != nil {
 		return 2
@@ -69,6 +77,25 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	}
 	set := map[string]bool{}
 	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *suite != "fs" && *suite != "checkpoint" {
+		fmt.Fprintf(stderr, "strata-bench: -suite %q: want fs or checkpoint\n", *suite)
+		return 2
+	}
+	var cc ckptConfig
+	if *suite == "checkpoint" {
+		var err error
+		if cc, err = ckpt.config(set, *quick, args); err != nil {
+			fmt.Fprintf(stderr, "strata-bench: %v\n", err)
+			return 2
+		}
+	} else {
+		for _, n := range ckpt.names {
+			if set[n] {
+				fmt.Fprintf(stderr, "strata-bench: -%s belongs to -suite checkpoint\n", n)
+				return 2
+			}
+		}
+	}
 	cfg := config{
 		Targets:   splitList(*targets),
 		Workloads: splitList(*workloads),
@@ -116,7 +143,13 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 		os.Exit(code)
 	}()
 
-	rep, err := h.run(ctx)
+	var rep suiteReport
+	var err error
+	if *suite == "checkpoint" {
+		rep, err = h.runCheckpoint(ctx, cc)
+	} else {
+		rep, err = h.run(ctx)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "strata-bench: %v\n", err)
 		return 1
@@ -144,6 +177,13 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "strata-bench: %d run(s) failed; see the report\n", errs)
 	}
 	return 0
+}
+
+// suiteReport is what a suite's run returns.
+type suiteReport interface {
+	Markdown() string
+	JSON() ([]byte, error)
+	errorCount() int
 }
 
 func splitList(s string) []string {
