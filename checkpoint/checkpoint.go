@@ -113,7 +113,7 @@ func (m *Manager) CreateTx(sandbox string, o Options, extra func(tx *layers.Txn,
 			return fmt.Errorf("state hash: %w", err)
 		}
 		cp.StateHash = hash
-		blocks, _, err := m.store.LayerUsage(frozen)
+		blocks, err := tx.LayerBlocks(frozen)
 		if err != nil {
 			return err
 		}

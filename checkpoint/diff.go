@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"sort"
 	"syscall"
+
+	"github.com/strata-sandbox/strata/layers"
 )
 
 // compare lists the paths that differ between the stacks topped by from
@@ -13,6 +15,11 @@ func (m *Manager) compare(sandbox, from, to string) (Diff, error) {
 	if err != nil {
 		return Diff{}, err
 	}
+	return diffOf(ch), nil
+}
+
+// diffOf turns the changes between two states into paths.
+func diffOf(ch layers.Changes) Diff {
 	added, modified, deleted := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	var bytes int64
 	newSize := map[string]int64{}
@@ -58,7 +65,7 @@ func (m *Manager) compare(sandbox, from, to string) (Diff, error) {
 		bytes += newSize[p]
 	}
 	d.ChangedBytes = bytes
-	return d, nil
+	return d
 }
 
 func keys(m map[string]bool) []string {

@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"math/big"
+	"math/bits"
 	"syscall"
 
 	"github.com/strata-sandbox/strata/layers"
@@ -18,33 +18,41 @@ import (
 // subtract what left, add what came — so a checkpoint costs what changed,
 // not what the tree holds; `verify` recomputes the sum from the whole tree.
 
-var modulus = new(big.Int).Lsh(big.NewInt(1), 256)
+// stateSum is a 256-bit number, big-endian limbs; sums wrap modulo 2^256.
+type stateSum struct{ n *[4]uint64 }
 
-type stateSum struct{ n *big.Int }
-
-func newSum() stateSum { return stateSum{n: new(big.Int)} }
+func newSum() stateSum { return stateSum{n: new([4]uint64)} }
 
 func parseSum(s string) (stateSum, error) {
-	n, ok := new(big.Int).SetString(s, 16)
-	if !ok || len(s) != 64 {
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != 32 {
 		return stateSum{}, fmt.Errorf("state hash %q: %w", s, layers.ErrCorrupt)
 	}
-	return stateSum{n: n}, nil
+	sum := newSum()
+	for i := range sum.n {
+		sum.n[i] = binary.BigEndian.Uint64(b[8*i:])
+	}
+	return sum, nil
 }
 
+// add adds (sign > 0) or subtracts the 32-byte hash h.
 func (s stateSum) add(h []byte, sign int) {
-	x := new(big.Int).SetBytes(h)
-	if sign < 0 {
-		s.n.Sub(s.n, x)
-	} else {
-		s.n.Add(s.n, x)
+	var carry uint64
+	for i := 3; i >= 0; i-- {
+		x := binary.BigEndian.Uint64(h[8*i:])
+		if sign < 0 {
+			s.n[i], carry = bits.Sub64(s.n[i], x, carry)
+		} else {
+			s.n[i], carry = bits.Add64(s.n[i], x, carry)
+		}
 	}
-	s.n.Mod(s.n, modulus)
 }
 
 func (s stateSum) String() string {
 	b := make([]byte, 32)
-	s.n.FillBytes(b)
+	for i, x := range s.n {
+		binary.BigEndian.PutUint64(b[8*i:], x)
+	}
 	return hex.EncodeToString(b)
 }
 
@@ -83,6 +91,11 @@ func inodeHash(ino uint64, st *layers.InodeState) []byte {
 	return h.Sum(nil)
 }
 
+// sameHashed reports whether two states of one inode hash alike.
+func sameHashed(a, b *layers.InodeState) bool {
+	return a.Mode == b.Mode && a.Size == b.Size && a.Fingerprint == b.Fingerprint && a.Target == b.Target
+}
+
 // fullHash computes the state hash of a view from its whole tree; with
 // readData it also reads every block and checks its checksums.
 func fullHash(v *layers.View, readData bool) (string, error) {
@@ -107,8 +120,11 @@ func fullHash(v *layers.View, readData bool) (string, error) {
 			}
 			seen[e.Ino] = true
 			st, err := v.State(e.Ino)
-			if err != nil || st == nil {
-				return fmt.Errorf("%s: inode %d: %v", p, e.Ino, err)
+			if err != nil {
+				return fmt.Errorf("%s: inode %d: %w", p, e.Ino, err)
+			}
+			if st == nil {
+				return fmt.Errorf("%s: inode %d has no state: %w", p, e.Ino, layers.ErrCorrupt)
 			}
 			sum.add(inodeHash(e.Ino, st), 1)
 			if readData {
@@ -133,8 +149,9 @@ func fullHash(v *layers.View, readData bool) (string, error) {
 func keyLayerHash(layer string) string { return "x/lh/" + layer }
 
 // layerHash returns the state hash of the stack topped by layer: from its
-// parent's stored hash and what the layer changed, or from the whole tree
-// when the parent's is not known (the first checkpoint of a sandbox).
+// parent's stored hash and what the layer changed (its delta, which a live
+// view has in memory), or from the whole tree when the parent's is not
+// known (the first checkpoint of a sandbox).
 func (m *Manager) layerHash(tx *layers.Txn, sandbox, layer string) (string, error) {
 	l, err := tx.Layer(layer)
 	if err != nil {
@@ -166,11 +183,14 @@ func (m *Manager) layerHash(tx *layers.Txn, sandbox, layer string) (string, erro
 			return "", err
 		}
 	}
-	ch, err := m.store.Compare(sandbox, l.Parent, layer, false)
+	d, err := tx.LayerDelta(sandbox, layer)
 	if err != nil {
 		return "", err
 	}
-	for _, c := range ch.Entries {
+	for _, c := range d.Entries {
+		if c.Old != nil && c.New != nil && *c.Old == *c.New {
+			continue
+		}
 		if c.Old != nil {
 			prev.add(entryHash(c.Dir, c.Name, *c.Old), -1)
 		}
@@ -178,7 +198,10 @@ func (m *Manager) layerHash(tx *layers.Txn, sandbox, layer string) (string, erro
 			prev.add(entryHash(c.Dir, c.Name, *c.New), 1)
 		}
 	}
-	for _, c := range ch.Inodes {
+	for _, c := range d.Inodes {
+		if c.Old != nil && c.New != nil && sameHashed(c.Old, c.New) {
+			continue // times or links changed: nothing the hash covers
+		}
 		if c.Old != nil {
 			prev.add(inodeHash(c.Ino, c.Old), -1)
 		}

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,6 +32,34 @@ func deleteCheckpoint(tx *layers.Txn, cp Checkpoint) error {
 		}
 	}
 	return tx.Unpin(cp.Layer, pinOwner(cp.Sandbox, "cp", cp.ID))
+}
+
+// deleteBatch bounds the records one transaction deletes: a metadata
+// transaction has a size limit, and a sandbox may have tens of thousands
+// of checkpoints. Deleting a record is idempotent, so a crash between
+// batches leaves a part deleted, which the next prune or rm finishes.
+const deleteBatch = 1000
+
+// inBatches runs fn for 0..n-1, deleteBatch calls per transaction.
+func inBatches(s *layers.Store, n int, fn func(tx *layers.Txn, i int) error) error {
+	for lo := 0; lo < n; lo += deleteBatch {
+		err := s.Update(func(tx *layers.Txn) error {
+			for i := lo; i < min(lo+deleteBatch, n); i++ {
+				if err := fn(tx, i); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Manager) deleteCheckpoints(cps []Checkpoint) error {
+	return inBatches(m.store, len(cps), func(tx *layers.Txn, i int) error { return deleteCheckpoint(tx, cps[i]) })
 }
 
 // Policy is a retention policy: a checkpoint is kept if it is among the
@@ -79,15 +108,7 @@ func (m *Manager) Prune(sandbox string, p Policy) (PruneResult, error) {
 			res.Removed = append(res.Removed, cp.ID)
 		}
 	}
-	err = m.store.Update(func(tx *layers.Txn) error {
-		for _, cp := range doomed {
-			if err := deleteCheckpoint(tx, cp); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := m.deleteCheckpoints(doomed); err != nil {
 		return PruneResult{}, fmt.Errorf("prune %s: %w", sandbox, err)
 	}
 	res.GC, err = m.store.CollectGarbage()
@@ -144,10 +165,35 @@ func (m *Manager) Inspect(id string) (LayerReport, error) {
 		return LayerReport{}, err
 	}
 	info, err := m.store.Sandbox(l.Sandbox)
+	if errors.Is(err, layers.ErrNotFound) {
+		// Its sandbox was removed and a fork stands on it: forks keep
+		// their origin's block size.
+		info, err = m.sandboxOn(l.ID, err)
+	}
 	if err != nil {
 		return LayerReport{}, err
 	}
 	return m.report(l, info.BlockSize)
+}
+
+// sandboxOn returns a sandbox whose stack contains layer, or notFound.
+func (m *Manager) sandboxOn(layer string, notFound error) (layers.SandboxInfo, error) {
+	sbs, err := m.store.Sandboxes()
+	if err != nil {
+		return layers.SandboxInfo{}, err
+	}
+	for _, sb := range sbs {
+		stack, err := m.store.Stack(sb.Name)
+		if err != nil {
+			return layers.SandboxInfo{}, err
+		}
+		for _, id := range stack {
+			if id == layer {
+				return sb, nil
+			}
+		}
+	}
+	return layers.SandboxInfo{}, notFound
 }
 
 func (m *Manager) report(l layers.LayerInfo, bs int) (LayerReport, error) {
@@ -179,21 +225,14 @@ func (m *Manager) RemoveSandbox(name string) error {
 	if m.store.LiveView(name) != nil {
 		return fmt.Errorf("sandbox %s: %w", name, layers.ErrMounted)
 	}
-	err = m.store.Update(func(tx *layers.Txn) error {
-		for _, cp := range cps {
-			if err := deleteCheckpoint(tx, cp); err != nil {
-				return err
-			}
+	if err := m.deleteCheckpoints(cps); err != nil {
+		return fmt.Errorf("sandbox rm %s: %w", name, err)
+	}
+	err = inBatches(m.store, len(ars), func(tx *layers.Txn, i int) error {
+		if err := tx.Delete(keyArchive(ars[i].ID)); err != nil {
+			return err
 		}
-		for _, ar := range ars {
-			if err := tx.Delete(keyArchive(ar.ID)); err != nil {
-				return err
-			}
-			if err := tx.Delete(keyArchiveIndex(name, ar.ID)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return tx.Delete(keyArchiveIndex(name, ars[i].ID))
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox rm %s: %w", name, err)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -78,7 +79,9 @@ func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, ext
 	if err != nil {
 		return RollbackResult{}, err
 	}
-	_, err = m.store.Repoint(sandbox, parent, func(tx *layers.Txn, left, joined []string, next string) error {
+	// A mounted sandbox tells what changed from its layers' deltas as it
+	// moves (ch); otherwise the two states are compared afterwards.
+	_, ch, err := m.store.RepointDiff(sandbox, parent, func(tx *layers.Txn, left, joined []string, next string) error {
 		ar.Layers = left
 		if len(left) > 0 {
 			ar.Top = left[0]
@@ -91,6 +94,15 @@ func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, ext
 				break
 			}
 		}
+		var blocks int64
+		for _, l := range left {
+			b, err := tx.LayerBlocks(l)
+			if err != nil {
+				return err
+			}
+			blocks += b
+		}
+		ar.Bytes = blocks * int64(info.BlockSize)
 		if restoring != "" {
 			b, err := tx.Get(keyArchive(restoring))
 			if err != nil {
@@ -121,24 +133,19 @@ func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, ext
 	}
 	millis := float64(time.Since(start).Microseconds()) / 1000
 	res := RollbackResult{Sandbox: sandbox, Checkpoint: toCheckpoint, Archive: ar.ID, Millis: millis, ChangedPaths: []string{}}
-	// What changed is derived after the switch, from immutable layers.
-	if ar.Top != "" {
-		d, err := m.compare(sandbox, ar.Top, parent)
-		if err == nil {
-			res.ChangedPaths = append(append(append(res.ChangedPaths, d.Added...), d.Modified...), d.Deleted...)
-			sort.Strings(res.ChangedPaths)
-			res.RestoredFiles = len(res.ChangedPaths)
-		}
-		var bytes int64
-		for _, l := range ar.Layers {
-			b, _, err := m.store.LayerUsage(l)
-			if err == nil {
-				bytes += b * int64(info.BlockSize)
-			}
-		}
-		ar.Bytes = bytes
-		_ = m.store.Update(func(tx *layers.Txn) error { return putArchive(tx, ar) })
+	if ar.Top == "" {
+		return res, nil
 	}
+	var d Diff
+	if ch != nil {
+		d = diffOf(*ch)
+	} else if d, err = m.compare(sandbox, ar.Top, parent); err != nil {
+		// The rollback happened; only its report is short.
+		return res, nil
+	}
+	res.ChangedPaths = append(append(append(res.ChangedPaths, d.Added...), d.Modified...), d.Deleted...)
+	sort.Strings(res.ChangedPaths)
+	res.RestoredFiles = len(res.ChangedPaths)
 	return res, nil
 }
 
@@ -261,6 +268,8 @@ func (m *Manager) Export(ref, dir string) (int, error) {
 	}
 	defer v.Close()
 	n := 0
+	// A file with several names is written once and linked after.
+	linked := map[uint64]string{}
 	err = walk(v, func(p string, a layers.Attr) error {
 		dst := filepath.Join(dir, filepath.FromSlash(p))
 		switch a.Mode & syscall.S_IFMT {
@@ -275,6 +284,12 @@ func (m *Manager) Export(ref, dir string) (int, error) {
 			return os.Symlink(t, dst)
 		case syscall.S_IFREG:
 			n++
+			if first, ok := linked[a.Ino]; ok {
+				return os.Link(first, dst)
+			}
+			if a.Nlink > 1 {
+				linked[a.Ino] = dst
+			}
 			return exportFile(v, a, dst)
 		}
 		return nil // fifos, sockets and devices are not exported
@@ -293,22 +308,44 @@ func exportFile(v *layers.View, a layers.Attr, dst string) error {
 	buf := make([]byte, 1<<20)
 	for off := int64(0); off < a.Size; {
 		n, err := v.ReadAt(a.Ino, buf, off)
-		if n > 0 {
-			if _, werr := f.WriteAt(buf[:n], off); werr != nil {
+		if err != nil && !errors.Is(err, io.EOF) {
+			// Never zeros where the data could not be read.
+			f.Close()
+			return err
+		}
+		if n == 0 {
+			break
+		}
+		// Runs of zeros stay holes: the final truncate gives the size.
+		for o := 0; o < n; o += exportChunk {
+			c := buf[o:min(o+exportChunk, n)]
+			if isZero(c) {
+				continue
+			}
+			if _, werr := f.WriteAt(c, off+int64(o)); werr != nil {
 				f.Close()
 				return werr
 			}
-			off += int64(n)
 		}
-		if err != nil || n == 0 {
-			break
-		}
+		off += int64(n)
 	}
 	if err := f.Truncate(a.Size); err != nil {
 		f.Close()
 		return err
 	}
 	return f.Close()
+}
+
+// exportChunk is the granularity at which export leaves holes.
+const exportChunk = 64 << 10
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // DiffCheckpoints compares checkpoint from with checkpoint to, or with the

@@ -282,7 +282,12 @@ func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi int64) (*bl
 	nref := &blockRef{Slot: v.nextSlot, open: true, dirty: make([]bool, pages)}
 	v.nextSlot++
 	if old != nil {
-		if _, err := f.WriteAt(old, int64(nref.Slot)*v.bs); err != nil {
+		// Only the pages that hold the file's bytes are written: the rest
+		// of a fresh slot is a hole and reads as the zeros old holds there,
+		// so a small edit of a small file costs one page to write and to
+		// sync at the next checkpoint, not a whole block.
+		n := min(v.bs, (live+pageSize-1)/pageSize*pageSize)
+		if _, err := f.WriteAt(old[:n], int64(nref.Slot)*v.bs); err != nil {
 			return nil, mapOSErr(err)
 		}
 		nref.CRCs = pageCRCs(old)
@@ -396,6 +401,12 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 	touch(st, true)
 	v.markRec(st)
 	v.mu.Unlock()
+	if !v.written.Swap(true) {
+		select {
+		case v.kick <- struct{}{}:
+		default:
+		}
+	}
 	return len(p), nil
 }
 

@@ -339,7 +339,7 @@ func (v *View) inodeState(ino uint64) (*InodeState, error) {
 	if st.rec.Nlink == 0 {
 		return nil, nil
 	}
-	fp, err := v.fingerprintLocked(st)
+	fp, err := v.fingerprintLocked(st, false)
 	if err != nil {
 		return nil, err
 	}
@@ -357,11 +357,18 @@ func (v *View) childPath(dir uint64, name string) (string, error) {
 
 // pathOf turns an inode back into a path, through the parent each record
 // names or, for an untouched base inode, through its place in the base.
-func (v *View) pathOf(ino uint64) (string, error) {
+func (v *View) pathOf(ino uint64) (string, error) { return v.pathOfVisit(ino, nil) }
+
+// pathOfVisit is pathOf that calls visit (when not nil) with every inode
+// whose record the path is derived from, ino first.
+func (v *View) pathOfVisit(ino uint64, visit func(uint64)) (string, error) {
 	var parts []string
 	for depth := 0; ino != RootIno; depth++ {
 		if depth > 4096 {
 			return "", fmt.Errorf("inode %d: path too deep: %w", ino, ErrCorrupt)
+		}
+		if visit != nil {
+			visit(ino)
 		}
 		st, err := v.getInode(ino)
 		if err != nil {
@@ -379,6 +386,12 @@ func (v *View) pathOf(ino uint64) (string, error) {
 			dir := path.Dir(st.rec.Origin)
 			if dir == "." || dir == "" {
 				ino = RootIno
+				continue
+			}
+			// The base directory that listed the inode is the one its
+			// origin lies in; only an inode never listed costs an lstat.
+			if p, ok := v.bparent[ino]; ok && p != RootIno && v.origins[p] == dir {
+				ino = p
 				continue
 			}
 			bst, err := v.base.lstat(dir)

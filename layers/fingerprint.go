@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"syscall"
 )
 
@@ -23,10 +24,13 @@ func (v *View) Fingerprint(ino uint64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return v.fingerprintLocked(st)
+	return v.fingerprintLocked(st, false)
 }
 
-func (v *View) fingerprintLocked(st *inodeState) (string, error) {
+// fingerprintLocked is Fingerprint of st. trustBase takes the base file's
+// identity from the stat made when st was loaded (or last fingerprinted);
+// otherwise the base file is stat'ed again.
+func (v *View) fingerprintLocked(st *inodeState, trustBase bool) (string, error) {
 	ino := st.ino
 	h := sha256.New()
 	var num [8]byte
@@ -57,11 +61,17 @@ func (v *View) fingerprintLocked(st *inodeState) (string, error) {
 			// so its file's identity stands for its content; an lstat,
 			// not an open, so a walk of a large tree holds no descriptors.
 			if baseID == "" {
-				bst, err := v.base.lstat(st.rec.Origin)
-				if err != nil {
-					return "", fmt.Errorf("inode %d: %w", ino, mapOSErr(err))
+				if !trustBase || !st.bknown {
+					bst, err := v.base.lstat(st.rec.Origin)
+					if err != nil {
+						return "", fmt.Errorf("inode %d: %w", ino, mapOSErr(err))
+					}
+					st.bsize, st.bmtime, st.bknown = bst.Size, bst.Mtim.Nano(), true
 				}
-				baseID = fmt.Sprintf("b%s\x00%d\x00%d", st.rec.Origin, bst.Size, bst.Mtim.Nano())
+				id := append([]byte{'b'}, st.rec.Origin...)
+				id = strconv.AppendInt(append(id, 0), st.bsize, 10)
+				id = strconv.AppendInt(append(id, 0), st.bmtime, 10)
+				baseID = string(id)
 			}
 			h.Write([]byte(baseID))
 		case srcSlot:
@@ -75,11 +85,12 @@ func (v *View) fingerprintLocked(st *inodeState) (string, error) {
 				}
 				crcs = pageCRCs(buf)
 			}
-			h.Write([]byte{'s'})
+			sum := make([]byte, 1, 1+4*len(crcs))
+			sum[0] = 's'
 			for _, c := range crcs {
-				binary.BigEndian.PutUint32(num[:4], c)
-				h.Write(num[:4])
+				sum = binary.BigEndian.AppendUint32(sum, c)
 			}
+			h.Write(sum)
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil

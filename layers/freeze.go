@@ -2,9 +2,11 @@ package layers
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
 )
 
 // FreezeFunc records, in the transaction that freezes a layer, what the
@@ -26,16 +28,21 @@ func (s *Store) Freeze(name string, fn FreezeFunc) (frozen, next string, err err
 		return v.freeze(fn)
 	}
 	next = NewID()
+	tx := &Txn{s: s}
 	err = s.update(func(txn *badger.Txn) error {
 		var err error
 		frozen, err = freezeTxn(txn, name, next)
 		if err != nil {
 			return err
 		}
-		return fn(&Txn{txn: txn, s: s}, frozen, next)
+		tx.txn = txn
+		return fn(tx, frozen, next)
 	})
 	if err == nil {
 		err = s.Sync()
+	}
+	if err == nil {
+		tx.rememberDeltas([]string{frozen})
 	}
 	return frozen, next, err
 }
@@ -64,36 +71,82 @@ func freezeTxn(txn *badger.Txn, name, next string) (string, error) {
 	return top.ID, putJSON(txn, keySandbox(name), info)
 }
 
-// quiesce stops the view's writers, seals and commits everything, and
-// makes it durable; it returns with ioMu and mu held.
-func (v *View) quiesce() error {
+// quiesce stops the view's writers, seals everything, commits the
+// journal and makes the data durable; it returns with ioMu, mu and cmu
+// held (release). The data written so far is final, so it syncs while
+// the blocks are sealed and the journal committed, which only read it;
+// during, when not nil, runs meanwhile too: work on the sealed state in
+// memory. The metadata store is synced after quiesce, so nothing that
+// points at the data is durable before the data is. Holding cmu keeps the
+// journal loop out meanwhile.
+func (v *View) quiesce(during func()) error {
 	v.ioMu.Lock()
 	v.mu.Lock()
+	v.cmu.Lock()
 	if v.closed {
 		return ErrClosed
 	}
 	if v.ro {
 		return ErrReadOnly
 	}
-	if err := v.sealLocked(); err != nil {
+	var syncErr error
+	synced := make(chan struct{})
+	if f := v.files[v.activeLayer()]; f != nil {
+		go func() {
+			defer close(synced)
+			syncErr = fdatasync(f)
+		}()
+	} else {
+		close(synced)
+	}
+	err := v.sealLocked()
+	if err == nil && during != nil {
+		during()
+	}
+	if err == nil {
+		err = v.commitLocked()
+	}
+	<-synced
+	if err != nil {
 		return err
 	}
-	if f := v.files[v.activeLayer()]; f != nil {
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("sync data: %w", mapOSErr(err))
-		}
+	if syncErr != nil {
+		return fmt.Errorf("sync data: %w", mapOSErr(syncErr))
 	}
-	return v.commit()
+	return nil
+}
+
+// fdatasync makes f's data (and its size) durable.
+func fdatasync(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.Fdatasync(int(fd)) }); err != nil {
+		// Control fails only when f is closed: the descriptor is gone.
+		return fmt.Errorf("%w: %w (%v)", os.ErrClosed, unix.EBADF, err)
+	}
+	return serr
 }
 
 func (v *View) release() {
+	v.cmu.Unlock()
 	v.mu.Unlock()
 	v.ioMu.Unlock()
 }
 
 func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 	defer v.release()
-	if err := v.quiesce(); err != nil {
+	tx := &Txn{s: v.s}
+	err = v.quiesce(func() {
+		// What the layer changed, from memory, while its data syncs: the
+		// checkpoint's state hash needs it, a later rollback too.
+		if d, ok, err := v.activeDeltaLocked(); ok && err == nil {
+			tx.keepDelta(d)
+		}
+	})
+	if err != nil {
 		return "", "", err
 	}
 	next = NewID()
@@ -103,23 +156,58 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 		if err != nil {
 			return err
 		}
-		return fn(&Txn{txn: txn, s: v.s}, frozen, next)
+		tx.txn = txn
+		return fn(tx, frozen, next)
 	})
-	if err == nil {
-		// A checkpoint makes everything before it durable.
-		err = v.s.Sync()
+	if err != nil {
+		return "", "", err
+	}
+	// A checkpoint makes everything before it durable: the metadata store
+	// syncs while the view moves onto the new stack, which the committed
+	// head already names.
+	synced := make(chan error, 1)
+	go func() { synced <- v.s.Sync() }()
+	tx.rememberDeltas([]string{frozen})
+	punch := v.holdFreedLocked()
+	// The tree is the same over the new stack. What the cache holds of
+	// the keys the frozen layer records names it as the one being
+	// written: that is rebuilt lazily; the rest stays.
+	var changed *changedKeys
+	if d := tx.deltas[frozen]; d != nil {
+		changed = d.keys()
+	}
+	stack := append([]string{next}, v.stack...)
+	v.useSpareLocked(next)
+	err = v.restackLocked(stack, changed)
+	v.pre.complete = true // next is empty
+	serr := <-synced
+	punch(serr == nil)
+	if serr != nil {
+		return "", "", serr
 	}
 	if err != nil {
 		return "", "", err
 	}
-	v.punchLocked(v.files[v.activeLayer()], v.takeFreedLocked())
-	// Caches stay valid in content, but they name the old active layer as
-	// the one being written: rebuild them lazily over the new stack.
-	stack := append([]string{next}, v.stack...)
-	if err := v.setStackLocked(stack); err != nil {
-		return "", "", err
-	}
 	return frozen, next, nil
+}
+
+// holdFreedLocked takes the active layer's data file out of the view,
+// with the slots freed in it, before the view moves to another stack; the
+// function it returns punches them once the changes that freed them are
+// durable (ok) and closes the file.
+func (v *View) holdFreedLocked() func(ok bool) {
+	layer := v.activeLayer()
+	f, freed := v.files[layer], v.takeFreedLocked()
+	delete(v.files, layer)
+	return func(ok bool) {
+		if f == nil {
+			return
+		}
+		if ok {
+			v.punchLocked(f, freed)
+		}
+		f.Close()
+	}
 }
 
 // RepointFunc records, in the transaction that moves a sandbox's head, what
@@ -135,17 +223,46 @@ type RepointFunc func(tx *Txn, left, joined []string, next string) error
 // process switches to the new stack before Repoint returns; the caller then
 // tells the kernel (fs.Mount.Invalidate).
 func (s *Store) Repoint(name, parent string, fn RepointFunc) (next string, err error) {
+	next, _, err = s.repoint(name, parent, fn, false)
+	return next, err
+}
+
+// RepointDiff is Repoint that also returns what differs between the state
+// the sandbox leaves (its head, active layer included) and the one it
+// moves to, as Compare(name, head, parent, true) would. With a live view
+// it is told from the deltas of the layers the two stacks do not share
+// and from the view's caches, not by reading both trees; otherwise ch is
+// nil and the caller compares.
+func (s *Store) RepointDiff(name, parent string, fn RepointFunc) (next string, ch *Changes, err error) {
+	return s.repoint(name, parent, fn, true)
+}
+
+func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool) (next string, ch *Changes, err error) {
 	s.mu.Lock()
 	v := s.views[name]
 	s.mu.Unlock()
+	tx := &Txn{s: s}
+	var rd *repointDiff
 	if v != nil {
 		defer v.release()
-		if err := v.quiesce(); err != nil {
-			return "", err
+		err := v.quiesce(func() {
+			// The state being left is final: what it changed, and how it
+			// differs from the target, are told while its data syncs.
+			d, ok, err := v.activeDeltaLocked()
+			if !ok || err != nil {
+				return
+			}
+			tx.keepDelta(d)
+			if wantDiff {
+				rd, _ = v.diffLocked(parent, d)
+			}
+		})
+		if err != nil {
+			return "", nil, err
 		}
 	}
 	next = NewID()
-	var stack []string
+	var stack, left []string
 	err = s.update(func(txn *badger.Txn) error {
 		old, err := stackOf(txn, name)
 		if err != nil {
@@ -167,13 +284,13 @@ func (s *Store) Repoint(name, parent string, fn RepointFunc) (next string, err e
 			in[id] = true
 		}
 		was := map[string]bool{}
-		var left, joined []string
+		var leaving, joined []string
 		for _, id := range old {
 			was[id] = true
 			if in[id] {
 				continue
 			}
-			left = append(left, id)
+			leaving = append(leaving, id)
 			if err := setLayerState(txn, id, StateArchived); err != nil {
 				return err
 			}
@@ -203,22 +320,45 @@ func (s *Store) Repoint(name, parent string, fn RepointFunc) (next string, err e
 			return err
 		}
 		stack = append([]string{next}, newChain...)
-		return fn(&Txn{txn: txn, s: s}, left, joined, next)
+		tx.txn = txn
+		left = leaving
+		return fn(tx, leaving, joined, next)
 	})
-	if err == nil {
-		err = s.Sync()
+	if err != nil {
+		return "", nil, err
+	}
+	// The metadata store syncs while the view moves onto the new stack,
+	// which the committed head already names.
+	synced := make(chan error, 1)
+	go func() { synced <- s.Sync() }()
+	tx.rememberDeltas(left)
+	punch := func(bool) {}
+	if v != nil {
+		punch = v.holdFreedLocked()
+		v.useSpareLocked(next)
+		// What the layers left and joined record is forgotten; when they
+		// are not all known, everything is.
+		var changed *changedKeys
+		if rd != nil {
+			changed = rd.changed
+		}
+		err = v.restackLocked(stack, changed)
+		v.pre.complete = true // next is empty
+		v.epoch++
+		if rd != nil && err == nil {
+			// A diff that cannot be finished is left to the caller.
+			ch, _ = rd.finishLocked(v)
+		}
+	}
+	serr := <-synced
+	punch(serr == nil)
+	if serr != nil {
+		return "", nil, serr
 	}
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	if v != nil {
-		v.punchLocked(v.files[v.activeLayer()], v.takeFreedLocked())
-		if err := v.setStackLocked(stack); err != nil {
-			return "", err
-		}
-		v.epoch++
-	}
-	return next, nil
+	return next, ch, nil
 }
 
 func setLayerState(txn *badger.Txn, id, state string) error {

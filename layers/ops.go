@@ -33,6 +33,10 @@ type batch struct {
 }
 
 func (b *batch) putRec(st *inodeState) {
+	if !st.inActive {
+		// Not copied up first: what it was below is not known here.
+		b.v.pre.unknownInode(st.ino)
+	}
 	st.inActive = true
 	st.dirtyRec = false
 	b.kv = append(b.kv, kv{key: keyInode(b.v.activeLayer(), st.ino), val: encodeInode(st.rec)})
@@ -63,6 +67,7 @@ func touch(st *inodeState, content bool) {
 
 // setEntry makes name in d point at e, in memory and in the batch.
 func (b *batch) setEntry(dirIno uint64, d *dirState, name string, e entry) {
+	b.v.pre.entry(dirIno, d, name)
 	d.entries[name] = e
 	b.putEntry(dirIno, name, e)
 }
@@ -70,6 +75,7 @@ func (b *batch) setEntry(dirIno uint64, d *dirState, name string, e entry) {
 // removeEntry removes name from d, leaving a whiteout when a lower layer or
 // the base still has the name.
 func (b *batch) removeEntry(dirIno uint64, d *dirState, name string) {
+	b.v.pre.entry(dirIno, d, name)
 	delete(d.entries, name)
 	if d.below[name] {
 		b.putEntry(dirIno, name, entry{})
@@ -150,6 +156,8 @@ func (v *View) Readlink(ino uint64) (string, error) {
 // the next batch that writes it).
 func (v *View) copyUp(st *inodeState) {
 	if !st.inActive {
+		// The record below stays as it is: clone, never change in place.
+		v.pre.inode(st, st.rec)
 		st.rec = st.rec.clone()
 		st.rec.Floor = -1
 		st.inActive = true
@@ -219,6 +227,7 @@ func (v *View) newChild(dir uint64, name string, mode uint32, rdev uint64, targe
 		rec.Size = int64(len(target))
 	}
 	st := &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}}
+	v.pre.inode(st, nil)
 	v.setParent(st, dir, name)
 	v.inodes[ino] = st
 	if typ == syscall.S_IFDIR {
@@ -278,6 +287,7 @@ func (v *View) Tmpfile(dir uint64, mode uint32, c Caller) (Attr, error) {
 		rec.GID = dst.rec.GID
 	}
 	st := &inodeState{ino: ino, rec: rec, inActive: true, tmp: true, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}}
+	v.pre.inode(st, nil)
 	v.inodes[ino] = st
 	v.opens[ino]++
 	return st.attr(), nil
@@ -367,6 +377,15 @@ func (v *View) dropLink(b *batch, st *inodeState) {
 // records its removal; one born in this layer leaves nothing.
 func (v *View) purge(b *batch, st *inodeState) {
 	_ = v.ensureBlocks(st) // so that its blocks in this layer are known
+	// A block truncated away since the last seal still has its stored
+	// record, which that seal would have deleted; the inode leaves the
+	// dirty set below, so the deletion goes into this batch.
+	for blk := range st.dirtyBlocks {
+		if _, ok := st.active[blk]; !ok {
+			b.kv = append(b.kv, kv{key: keyBlock(v.activeLayer(), st.ino, blk), del: true})
+		}
+	}
+	st.dirtyBlocks = nil
 	for blk, ref := range st.active {
 		b.kv = append(b.kv, kv{key: keyBlock(v.activeLayer(), st.ino, blk), del: true})
 		v.freed = append(v.freed, ref.Slot)
@@ -378,6 +397,7 @@ func (v *View) purge(b *batch, st *inodeState) {
 		b.delRec(st.ino)
 		if d, ok := v.dirs[st.ino]; ok {
 			for name := range d.below {
+				v.pre.entry(st.ino, d, name)
 				b.delEntry(st.ino, name)
 			}
 		}
@@ -388,6 +408,7 @@ func (v *View) purge(b *batch, st *inodeState) {
 	delete(v.inodes, st.ino)
 	st.rec.Nlink = 0
 	st.tmp = false
+	st.purged = true
 	v.zombies[st.ino] = st
 }
 

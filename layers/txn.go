@@ -15,6 +15,10 @@ import (
 type Txn struct {
 	txn *badger.Txn
 	s   *Store
+	// deltas are the layer deltas known in this transaction: those of the
+	// layer it freezes or the layers it archives, kept by the store once
+	// it commits.
+	deltas map[string]*LayerDelta
 }
 
 func checkExtKey(key string) error {

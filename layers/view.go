@@ -11,6 +11,7 @@ import (
 	"path"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,6 +76,13 @@ type inodeState struct {
 	frozen       map[uint64]frozenRef // visible blocks of the frozen layers
 	baseLimit    int64                // base data shows only below this offset
 
+	// bsize and bmtime are the size and modification time the base file
+	// had when the record was built from it (bknown): with its path they
+	// name the base's content in fingerprints without another lstat.
+	bsize, bmtime int64
+	bknown        bool
+	purged        bool // its records and blocks left the active layer (purge)
+
 	dirtyRec    bool
 	dirtyBlocks map[uint64]struct{}
 	baseFile    *baseHandle
@@ -138,6 +146,7 @@ type View struct {
 	files    map[string]*os.File // data file of each layer in the stack
 	nextSlot uint64
 	freed    []uint64 // slots of the active layer no block uses any more
+	pre      *preImages
 	closed   bool
 	snapshot bool // opened by OpenSnapshot: no journal loop, not registered
 
@@ -148,8 +157,13 @@ type View struct {
 	jqueued uint64 // operations queued so far
 	jdone   uint64 // operations committed so far
 	kick    chan struct{}
-	stop    chan struct{}
-	stopped chan struct{}
+	written atomic.Bool // data was written since the last writeback
+	// spareReq asks the journal loop for a spare data file; spare (under
+	// mu) is its path, or "".
+	spareReq chan struct{}
+	spare    string
+	stop     chan struct{}
+	stopped  chan struct{}
 }
 
 // OpenView opens the live view of a sandbox. Only one view per sandbox may
@@ -182,16 +196,29 @@ func (s *Store) OpenView(name string, readOnly bool) (*View, error) {
 	}
 	v := &View{
 		s: s, info: info, ro: readOnly, bs: int64(info.BlockSize), base: base,
-		origins: map[uint64]string{RootIno: ""},
-		bparent: map[uint64]uint64{},
-		opens:   map[uint64]int{},
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		origins:  map[uint64]string{RootIno: ""},
+		bparent:  map[uint64]uint64{},
+		opens:    map[uint64]int{},
+		kick:     make(chan struct{}, 1),
+		spareReq: make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
 	}
 	if err := v.setStackLocked(stack); err != nil {
 		base.close()
 		return nil, err
+	}
+	if !readOnly {
+		empty, err := s.layerEmpty(stack[0])
+		if err != nil {
+			for _, f := range v.files {
+				f.Close()
+			}
+			base.close()
+			return nil, err
+		}
+		v.pre.complete = empty
+		v.spareReq <- struct{}{}
 	}
 	s.views[name] = v
 	go v.loop()
@@ -217,27 +244,83 @@ func (v *View) Epoch() uint64 {
 
 // setStackLocked points the view at a new stack and forgets every cached
 // fact that depended on the old one.
-func (v *View) setStackLocked(stack []string) error {
+func (v *View) setStackLocked(stack []string) error { return v.restackLocked(stack, nil) }
+
+// changedKeys are the inodes and directories whose state may differ
+// between a view's old stack and its new one: those the layers one stack
+// has and the other lacks record. Everything else the view cached holds
+// over the new stack too, so a checkpoint or rollback need not cost a
+// reload of the whole working set.
+type changedKeys struct {
+	inodes map[uint64]bool
+	dirs   map[uint64]bool
+}
+
+// restackLocked is setStackLocked keeping, when changed is not nil, the
+// cached inodes and listings it does not name. An inode kept was read
+// from a layer both stacks share or from the base (the active layer,
+// being new or sealed and named in changed, holds nothing of it), so its
+// record, block map and base handle stay right.
+func (v *View) restackLocked(stack []string, changed *changedKeys) error {
 	if len(stack) == 0 && !v.snapshot {
 		return fmt.Errorf("empty stack: %w", ErrCorrupt)
 	}
+	if changed != nil {
+		for ino := range changed.inodes {
+			delete(v.inodes, ino)
+			delete(v.dirs, ino)
+		}
+		for ino := range changed.dirs {
+			delete(v.dirs, ino)
+		}
+	} else {
+		v.inodes = map[uint64]*inodeState{}
+		v.dirs = map[uint64]*dirState{}
+	}
+	// What is open and no longer needed goes: the data files of the old
+	// stack, and the base files of inodes not kept (only those the list
+	// holds, not a walk of every cached inode). They are closed off the
+	// caller's path: a checkpoint or rollback need not wait for a hundred
+	// close(2)s. No read uses them (the caller holds ioMu or the view is
+	// new).
+	var closing []*os.File
 	for id, f := range v.files {
-		f.Close()
+		closing = append(closing, f)
 		delete(v.files, id)
 	}
-	for _, st := range v.inodes {
-		v.closeBaseLocked(st)
+	lru := list.New()
+	if v.baseLRU != nil {
+		for e := v.baseLRU.Front(); e != nil; e = e.Next() {
+			st := e.Value.(*inodeState)
+			if v.inodes[st.ino] == st {
+				st.baseElem = lru.PushBack(st)
+				continue
+			}
+			bh := st.baseFile
+			st.baseFile, st.baseElem = nil, nil
+			bh.evicted = true
+			if bh.refs == 0 {
+				closing = append(closing, bh.f)
+			}
+		}
 	}
-	v.baseLRU = list.New()
+	if len(closing) > 0 {
+		go func() {
+			for _, f := range closing {
+				f.Close()
+			}
+		}()
+	}
+	v.baseLRU = lru
 	v.freed = nil
 	v.stack = stack
-	v.inodes = map[uint64]*inodeState{}
 	v.zombies = map[uint64]*inodeState{}
 	v.gone = map[uint64]uint64{}
-	v.dirs = map[uint64]*dirState{}
 	v.dirty = map[uint64]*inodeState{}
 	v.files = map[string]*os.File{}
 	v.nextSlot = 0
+	// Callers that know the new active layer is empty say so (complete).
+	v.pre = newPreImages(false)
 	if len(stack) == 0 {
 		return nil // the base alone
 	}
@@ -278,6 +361,10 @@ func (v *View) Close() error {
 	<-v.stopped
 	v.mu.Lock()
 	v.closed = true
+	if v.spare != "" {
+		os.Remove(v.spare)
+		v.spare = ""
+	}
 	for _, f := range v.files {
 		f.Close()
 	}
@@ -313,7 +400,10 @@ func (v *View) loop() {
 			case <-time.After(journalDelay):
 			case <-v.stop:
 			}
-			_ = v.commit()
+			v.commitQuietly()
+			v.writeback()
+		case <-v.spareReq:
+			v.makeSpare()
 		case <-t.C:
 			// Bound how much written data a crash of this process can lose.
 			v.ioMu.Lock()
@@ -338,6 +428,70 @@ func (v *View) loop() {
 	}
 }
 
+// makeSpare creates a spare data file for the next active layer.
+func (v *View) makeSpare() {
+	v.mu.Lock()
+	have := v.spare != "" || v.closed
+	v.mu.Unlock()
+	if have {
+		return
+	}
+	p := v.s.sparePath(NewID())
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return // the next layer creates its data file itself
+	}
+	f.Close()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.spare != "" || v.closed {
+		os.Remove(p)
+		return
+	}
+	v.spare = p
+}
+
+// useSpareLocked makes the spare data file, if there is one, the data
+// file of layer (a new active layer, which has none yet), and asks for
+// another.
+func (v *View) useSpareLocked(layer string) {
+	if v.spare == "" {
+		return
+	}
+	if err := os.Rename(v.spare, v.s.dataPath(layer)); err != nil {
+		os.Remove(v.spare)
+	}
+	v.spare = ""
+	select {
+	case v.spareReq <- struct{}{}:
+	default:
+	}
+}
+
+// writeback starts writing the active layer's data file to disk when
+// data was written to it since the last time, without waiting: the fsync
+// a checkpoint or an fsync(2) makes then finds most of it written already.
+func (v *View) writeback() {
+	if !v.written.Swap(false) {
+		return
+	}
+	v.mu.Lock()
+	var f *os.File
+	if !v.closed && len(v.stack) > 0 {
+		f = v.files[v.activeLayer()]
+	}
+	v.mu.Unlock()
+	if f == nil {
+		return
+	}
+	if rc, err := f.SyscallConn(); err == nil {
+		// A closed file (the stack moved on meanwhile) fails Control.
+		_ = rc.Control(func(fd uintptr) {
+			_ = unix.SyncFileRange(int(fd), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+		})
+	}
+}
+
 // queue appends one operation's changes to the journal; called under mu so
 // the journal's order is the order of the operations.
 func (v *View) queue(op []kv) {
@@ -359,6 +513,26 @@ func (v *View) queue(op []kv) {
 func (v *View) commit() error {
 	v.cmu.Lock()
 	defer v.cmu.Unlock()
+	return v.commitLocked()
+}
+
+// commitQuietly is the journal loop's commit: a journal that failed to
+// commit (an oversized operation, a full disk) is left to the next Sync,
+// freeze or the ticker, which report the error, instead of being retried
+// behind their back on every kick.
+func (v *View) commitQuietly() {
+	v.cmu.Lock()
+	defer v.cmu.Unlock()
+	v.jmu.Lock()
+	failed := v.jerr != nil
+	v.jmu.Unlock()
+	if !failed {
+		_ = v.commitLocked()
+	}
+}
+
+// commitLocked is commit for a caller that holds cmu.
+func (v *View) commitLocked() error {
 	v.jmu.Lock()
 	ops := v.pending
 	v.pending = nil
@@ -441,7 +615,9 @@ func (v *View) Sync() error {
 		return err
 	}
 	if f != nil {
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		// A freeze or rollback may close f meanwhile (Sync holds no lock
+		// here): fdatasync keeps it open while it syncs.
+		if err := fdatasync(f); err != nil {
 			return fmt.Errorf("sync data: %w", mapOSErr(err))
 		}
 	}
@@ -620,6 +796,7 @@ func (v *View) getInode(ino uint64) (*inodeState, error) {
 	if err != nil {
 		return nil, err
 	}
+	fromBase := false
 	if rec == nil {
 		origin, ok := v.origins[ino]
 		if !ok {
@@ -629,12 +806,16 @@ func (v *View) getInode(ino uint64) (*inodeState, error) {
 		if err != nil {
 			return nil, err
 		}
+		fromBase = true
 	}
 	if !inActive {
 		rec = rec.clone()
 		rec.Floor = -1
 	}
 	st := &inodeState{ino: ino, rec: rec, inActive: inActive}
+	if fromBase {
+		st.bsize, st.bmtime, st.bknown = rec.Size, rec.Mtime, true
+	}
 	v.inodes[ino] = st
 	return st, nil
 }
