@@ -14,7 +14,7 @@ GO ?= go
 export PATH := $(or $(shell $(GO) env GOBIN),$(shell $(GO) env GOPATH)/bin):$(PATH)
 
 # Packages with goroutines around FUSE and the store: run again under -race.
-RACE_PKGS = ./layers/... ./fs/...
+RACE_PKGS = ./layers/... ./fs/... ./cmd/internal/control/...
 # Packages whose coverage `make cover` reports; absent ones are noted.
 COVER_PKGS = layers checkpoint correction
 

@@ -21,14 +21,14 @@
 //
 // # Untouched base files
 //
-// A read-only open of a regular file that no layer has changed is served by
-// the kernel straight from the base file (FUSE passthrough) where the kernel
-// and our privileges allow it; otherwise reads go to the base file with
-// pread. While such a passthrough handle is open, other opens of the same
-// inode are served without the page cache (FOPEN_DIRECT_IO), which the
-// kernel requires; a passthrough handle keeps reading the base file even
-// if the file is changed through another handle meanwhile, as kernel
-// overlayfs did for lower files opened before a copy-up.
+// Reads of a regular file that no layer has changed go to the base file
+// with pread, in requests of up to 1 MiB, and stay in the kernel's page
+// cache across opens. On a read-only mount such opens are served by the
+// kernel straight from the base file (FUSE passthrough) where the kernel
+// and our privileges allow it. Writable mounts do not use passthrough: once
+// an inode has a passthrough handle the kernel fails every open of it that
+// is not passthrough with EIO, so a process reading a file would lock
+// writers out of it (found by TestConcurrentIOAndCommands).
 //
 // # Open handles across a rollback
 //

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"syscall"
-	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -67,32 +66,11 @@ func (n *node) open(flags uint32, mayPassthrough bool) (gofs.FileHandle, uint32,
 		}
 	}
 	if n.ptOpens > 0 {
-		n.awaitPassthroughReleases()
-	}
-	if n.ptOpens > 0 {
 		// The kernel refuses cached opens of an inode in passthrough mode.
 		return h, fuse.FOPEN_DIRECT_IO, 0
 	}
 	n.cachedOpens++
 	return h, fuse.FOPEN_KEEP_CACHE, 0
-}
-
-// releaseGrace is how long an open waits for passthrough handles already
-// closed by their process to be released.
-const releaseGrace = 20 * time.Millisecond
-
-// awaitPassthroughReleases gives passthrough handles a moment to go away;
-// n.mu is held on entry and on return. close(2) does not wait for the
-// kernel's RELEASE, so `cat f` followed at once by an open for mmap would
-// otherwise find the inode still in passthrough mode, get a direct-I/O
-// handle, and MAP_SHARED on that fails with ENODEV.
-func (n *node) awaitPassthroughReleases() {
-	deadline := time.Now().Add(releaseGrace)
-	for n.ptOpens > 0 && time.Now().Before(deadline) {
-		n.mu.Unlock()
-		time.Sleep(100 * time.Microsecond)
-		n.mu.Lock()
-	}
 }
 
 func (h *handle) check() syscall.Errno {

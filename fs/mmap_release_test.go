@@ -15,10 +15,10 @@ import (
 const mmapChildEnv = "STRATA_TEST_MMAP_CHILD"
 
 // TestMmapSharedRightAfterReadingABaseFile: reading an untouched base file
-// (a passthrough handle) and at once mapping it shared and writable must
-// work: close(2) returns before the kernel's RELEASE reaches us, and an
-// open that still saw the passthrough handle used to get a direct-I/O
-// handle, on which MAP_SHARED fails with ENODEV (the stress test found it).
+// and at once mapping it shared and writable must work. When such reads
+// were passthrough, close(2) returned before the kernel's RELEASE reached
+// us, the next open got a direct-I/O handle, and MAP_SHARED on that failed
+// with ENODEV (the stress test found it).
 //
 // The mapping is touched in a child process: a page fault served by this
 // process's own FUSE server can stall the Go runtime's stop-the-world.
@@ -82,5 +82,48 @@ func TestMmapChild(t *testing.T) {
 		if err != nil {
 			t.Fatalf("file %d: msync: %v", i, err)
 		}
+	}
+}
+
+// TestWriteWhileReaderHoldsABaseFile: a process keeps an untouched base
+// file open for reading while others open it for writing, as `tail -f`
+// and a logger do; every open must succeed and the reader sees the writes.
+// (With passthrough reads on a writable mount the kernel failed the
+// writers' opens with EIO.)
+func TestWriteWhileReaderHoldsABaseFile(t *testing.T) {
+	sb := newSandbox(t, func(base string) {
+		if err := os.WriteFile(filepath.Join(base, "log"), []byte("base\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	r, err := os.Open(sb.path("log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i := 0; i < 20; i++ {
+		w, err := os.OpenFile(sb.path("log"), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatalf("open %d for append while a reader holds the file: %v", i, err)
+		}
+		if _, err := fmt.Fprintf(w, "line %d\n", i); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		rw, err := os.OpenFile(sb.path("log"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatalf("open %d read-write while a reader holds the file: %v", i, err)
+		}
+		rw.Close()
+	}
+	buf := make([]byte, 4096)
+	n, err := r.ReadAt(buf, 0)
+	if err != nil && n == 0 {
+		t.Fatal(err)
+	}
+	if want := "base\nline 0\n"; !bytes.HasPrefix(buf[:n], []byte(want)) || !bytes.HasSuffix(buf[:n], []byte("line 19\n")) {
+		t.Fatalf("the reader's handle reads %q", buf[:n])
 	}
 }

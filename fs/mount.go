@@ -17,7 +17,12 @@ type Options struct {
 	AllowOther bool
 	// Debug logs every FUSE request.
 	Debug bool
-	// NoPassthrough turns off passthrough reads of untouched base files.
+	// NoPassthrough turns off passthrough reads of untouched base files
+	// on read-only mounts. Writable mounts never use passthrough: while an
+	// inode has a passthrough handle the kernel requires every other open
+	// of it to be passthrough too (else the open fails with EIO), and a
+	// write must not reach the base file, so a reader would lock writers
+	// out of the file.
 	NoPassthrough bool
 }
 
@@ -51,7 +56,7 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 	if !st.IsDir() {
 		return nil, fmt.Errorf("mountpoint %s: %w", dir, layers.ErrNotDir)
 	}
-	m := &Mount{view: v, dir: dir, blksize: uint32(min(v.BlockSize(), 1<<20)), passthrough: !o.NoPassthrough}
+	m := &Mount{view: v, dir: dir, blksize: uint32(min(v.BlockSize(), 1<<20)), passthrough: !o.NoPassthrough && v.ReadOnly()}
 	m.root = &node{m: m}
 	mopts := []string{"default_permissions"}
 	if v.ReadOnly() {

@@ -26,12 +26,23 @@ type FsckResult struct {
 // and fsck is to judge what a crash would leave, not a half-written block.
 func (s *Server) fsck(ctx context.Context, _ empty) (FsckResult, error) {
 	return exclusive(s, func() (FsckResult, error) {
-		if err := s.syncMounts(); err != nil {
-			return FsckResult{}, err
-		}
-		rep, err := s.store.Fsck()
-		if err != nil {
-			return FsckResult{}, err
+		var rep layers.FsckReport
+		for pass := 0; pass < fsckPasses; pass++ {
+			if err := s.syncMounts(); err != nil {
+				return FsckResult{}, err
+			}
+			again, err := s.store.Fsck()
+			if err != nil {
+				return FsckResult{}, err
+			}
+			if pass == 0 {
+				rep = again
+			} else {
+				rep.Problems = persistent(rep.Problems, again.Problems)
+			}
+			if len(rep.Problems) == 0 {
+				break
+			}
 		}
 		if rep.Problems == nil {
 			rep.Problems = []layers.Problem{}
@@ -58,4 +69,26 @@ func (s *Server) syncMounts() error {
 		}
 	}
 	return nil
+}
+
+// fsckPasses is how many times a served fsck looks before it reports a
+// problem. Live mounts keep writing while it runs: a block's record is
+// read first and its data later, and meanwhile the block may have moved
+// to a new slot and the old slot been reused, which reads as a checksum
+// failure. Damage stays put; such races do not repeat at the same place.
+const fsckPasses = 3
+
+// persistent keeps the problems of before that are also in now.
+func persistent(before, now []layers.Problem) []layers.Problem {
+	seen := map[layers.Problem]bool{}
+	for _, p := range now {
+		seen[p] = true
+	}
+	var kept []layers.Problem
+	for _, p := range before {
+		if seen[p] {
+			kept = append(kept, p)
+		}
+	}
+	return kept
 }
