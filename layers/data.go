@@ -516,6 +516,7 @@ func (v *View) Zero(ino uint64, off, length int64, keepSize bool) error {
 	end := off + length
 	zend := min(end, st.rec.Size) // past the end everything reads as zeros already
 	f := v.files[v.activeLayer()]
+	fresh := false // whole blocks became fresh slots, written to by nothing
 	for pos := off; pos < zend; {
 		blk := uint64(pos / v.bs)
 		start := int64(blk) * v.bs
@@ -532,6 +533,7 @@ func (v *View) Zero(ino uint64, off, length int64, keepSize bool) error {
 			}
 			st.active[blk] = ref
 			v.markBlock(st, blk)
+			fresh = true
 		} else {
 			ref, err := v.writableSlotLocked(st, blk, lo, hi)
 			if err != nil {
@@ -544,11 +546,37 @@ func (v *View) Zero(ino uint64, off, length int64, keepSize bool) error {
 		}
 		pos = start + hi
 	}
+	if fresh {
+		if err := v.reserveSlotsLocked(f); err != nil {
+			return err
+		}
+	}
 	if !keepSize && end > st.rec.Size {
 		st.rec.Size = end
 	}
 	touch(st, true)
 	v.markRec(st)
+	return nil
+}
+
+// reserveSlotsLocked grows data file f to cover every slot handed out.
+// A slot nothing was written to (a block Zero made) would otherwise lie
+// past the end of the file, and the next view, which starts handing out
+// slots at the end of the file, would give it to another block. The size
+// is made durable with the data, by the fdatasync of a sync or freeze.
+func (v *View) reserveSlotsLocked(f *os.File) error {
+	if f == nil {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return mapOSErr(err)
+	}
+	if want := int64(v.nextSlot) * v.bs; fi.Size() < want {
+		if err := f.Truncate(want); err != nil {
+			return fmt.Errorf("reserve data slots: %w", mapOSErr(err))
+		}
+	}
 	return nil
 }
 

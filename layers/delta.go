@@ -376,11 +376,25 @@ func (v *View) pathOfVisit(ino uint64, visit func(uint64)) (string, error) {
 		}
 		switch {
 		case st.rec.HasParent:
-			parts = append(parts, st.rec.Name)
-			ino = st.rec.Parent
-			if _, known := v.origins[ino]; !known && st.rec.ParentOrigin != "" {
-				v.origins[ino] = st.rec.ParentOrigin
+			parent, name := st.rec.Parent, st.rec.Name
+			if _, known := v.origins[parent]; !known && st.rec.ParentOrigin != "" {
+				v.origins[parent] = st.rec.ParentOrigin
 			}
+			if st.rec.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+				// A file keeps the newest of its names; when that one was
+				// removed since, another names it.
+				e, err := v.pointEntry(parent, name)
+				if err != nil {
+					return "", err
+				}
+				if e == nil || e.Ino != ino {
+					if parent, name, err = v.otherName(ino); err != nil {
+						return "", err
+					}
+				}
+			}
+			parts = append(parts, name)
+			ino = parent
 		case st.rec.HasOrigin:
 			parts = append(parts, path.Base(st.rec.Origin))
 			dir := path.Dir(st.rec.Origin)
@@ -408,6 +422,90 @@ func (v *View) pathOfVisit(ino uint64, visit func(uint64)) (string, error) {
 		parts[i], parts[j] = parts[j], parts[i]
 	}
 	return path.Join(parts...), nil
+}
+
+// otherName finds a name of file ino when the one its record keeps is
+// gone (link a/f b/g; rm b/g): a search of the entries the stack's layers
+// record and, for a base file, of its place in the base. The first of
+// them in (directory, name) order is taken, so every view of one state
+// finds the same. It reads whole layers, but only files whose newest name
+// was removed while another stayed need it.
+func (v *View) otherName(ino uint64) (uint64, string, error) {
+	var cands []entryKey
+	err := v.s.view(func(txn *badger.Txn) error {
+		for _, l := range v.stack {
+			prefix := prefixLayerTable(tEntry, l)
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+			for it.Rewind(); it.Valid(); it.Next() {
+				k := it.Item().Key()[len(prefix):]
+				if len(k) < 10 {
+					it.Close()
+					return fmt.Errorf("entry key %q: %w", it.Item().Key(), ErrCorrupt)
+				}
+				var e entry
+				if err := it.Item().Value(func(b []byte) error { var err error; e, err = decodeEntry(b); return err }); err != nil {
+					it.Close()
+					return err
+				}
+				if e.Ino == ino {
+					cands = append(cands, entryKey{beUint64(k), string(k[9:])})
+				}
+			}
+			it.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, "", err
+	}
+	// A live view's listings may hold names its journal has not stored yet.
+	for dir, d := range v.dirs {
+		for name, e := range d.entries {
+			if e.Ino == ino {
+				cands = append(cands, entryKey{dir, name})
+			}
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		if cands[i].dir != cands[j].dir {
+			return cands[i].dir < cands[j].dir
+		}
+		return cands[i].name < cands[j].name
+	})
+	for _, c := range cands {
+		e, err := v.pointEntry(c.dir, c.name)
+		if err != nil {
+			return 0, "", err
+		}
+		if e != nil && e.Ino == ino {
+			return c.dir, c.name, nil
+		}
+	}
+	st, err := v.getInode(ino)
+	if err != nil {
+		return 0, "", err
+	}
+	if st.rec.HasOrigin {
+		// The name the base gives it, if its directory still has it.
+		name := path.Base(st.rec.Origin)
+		dir := uint64(RootIno)
+		if pdir := path.Dir(st.rec.Origin); pdir != "." && pdir != "" {
+			bst, err := v.base.lstat(pdir)
+			if err != nil {
+				return 0, "", fmt.Errorf("inode %d: %w", ino, mapOSErr(err))
+			}
+			v.origins[bst.Ino] = pdir
+			dir = bst.Ino
+		}
+		e, err := v.pointEntry(dir, name)
+		if err != nil {
+			return 0, "", err
+		}
+		if e != nil && e.Ino == ino {
+			return dir, name, nil
+		}
+	}
+	return 0, "", fmt.Errorf("inode %d: no name left: %w", ino, ErrNotFound)
 }
 
 // State is ino's content state in the view (nil: it has no links).

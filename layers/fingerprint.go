@@ -14,7 +14,9 @@ import (
 // Fingerprint identifies the content of file ino without reading its data:
 // a hash of its size and, block by block, where the block comes from and
 // the checksums stored for it. Base blocks are named by the base file's
-// identity (path, size, modification time), which Strata never changes.
+// identity (inode number, size, modification time), which Strata never
+// changes: not by its path, since a file with several names in the base
+// must fingerprint alike whichever of them reached it.
 // Two equal fingerprints mean equal content; the same content stored in
 // another place may fingerprint differently.
 func (v *View) Fingerprint(ino uint64) (string, error) {
@@ -68,7 +70,7 @@ func (v *View) fingerprintLocked(st *inodeState, trustBase bool) (string, error)
 					}
 					st.bsize, st.bmtime, st.bknown = bst.Size, bst.Mtim.Nano(), true
 				}
-				id := append([]byte{'b'}, st.rec.Origin...)
+				id := strconv.AppendUint([]byte{'b'}, ino, 10)
 				id = strconv.AppendInt(append(id, 0), st.bsize, 10)
 				id = strconv.AppendInt(append(id, 0), st.bmtime, 10)
 				baseID = string(id)

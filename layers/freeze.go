@@ -178,7 +178,9 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 	}
 	stack := append([]string{next}, v.stack...)
 	v.useSpareLocked(next)
+	kept := v.viewOnlyLocked()
 	err = v.restackLocked(stack, changed)
+	v.keepLocked(kept)
 	v.pre.complete = true // next is empty
 	serr := <-synced
 	punch(serr == nil)
@@ -189,6 +191,57 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 		return "", "", err
 	}
 	return frozen, next, nil
+}
+
+// viewOnly is what only the view knows of, which a freeze must carry over
+// to the new stack: open tmpfiles (their "may be linked" mark is never
+// stored, nor is the record of one never written) and zombies (removed
+// inodes the kernel still holds, whose records may be gone from the
+// store). The tree is the same over the new stack, so they stay what they
+// are. A rollback or restore does not keep them: the tree changes, and
+// the handles of the old state are stale (View.Epoch).
+type viewOnly struct {
+	tmps    []*inodeState
+	zombies map[uint64]*inodeState
+}
+
+func (v *View) viewOnlyLocked() viewOnly {
+	var k viewOnly
+	for _, st := range v.inodes {
+		if st.tmp {
+			k.tmps = append(k.tmps, st)
+		}
+	}
+	k.zombies = v.zombies
+	return k
+}
+
+// keepLocked puts what viewOnlyLocked took back into the view after a
+// freeze moved it onto a new stack. Their records and blocks now belong
+// to the frozen layer (the written and sealed ones are stored there): a
+// change copies them up again, and the block map is reloaded.
+func (v *View) keepLocked(k viewOnly) {
+	for _, st := range k.tmps {
+		settleBelow(st)
+		v.inodes[st.ino] = st
+	}
+	for ino, st := range k.zombies {
+		settleBelow(st)
+		v.zombies[ino] = st
+	}
+}
+
+// settleBelow makes st, cached while its layer was the active one, an
+// inode of the layers below the new active layer.
+func settleBelow(st *inodeState) {
+	if st.inActive {
+		st.rec = st.rec.clone()
+		st.rec.Floor = -1
+		st.inActive = false
+	}
+	st.blocksLoaded = false
+	st.active, st.frozen = nil, nil
+	st.dirtyRec, st.dirtyBlocks = false, nil
 }
 
 // holdFreedLocked takes the active layer's data file out of the view,

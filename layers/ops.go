@@ -671,7 +671,21 @@ func (v *View) parentOf(dir uint64) (uint64, bool) {
 	if p, ok := v.bparent[dir]; ok {
 		return p, true
 	}
-	return 0, false
+	if !st.rec.HasOrigin {
+		return 0, false
+	}
+	// An untouched base directory the view has not listed (after a
+	// restart) lies where its origin says, as pathOf finds it.
+	pdir := path.Dir(st.rec.Origin)
+	if pdir == "." || pdir == "" {
+		return RootIno, true
+	}
+	bst, err := v.base.lstat(pdir)
+	if err != nil {
+		return 0, false
+	}
+	v.origins[bst.Ino] = pdir
+	return bst.Ino, true
 }
 
 // SetAttr changes mode, owner, size or times of ino.

@@ -77,7 +77,7 @@ type inodeState struct {
 	baseLimit    int64                // base data shows only below this offset
 
 	// bsize and bmtime are the size and modification time the base file
-	// had when the record was built from it (bknown): with its path they
+	// had when the record was built from it (bknown): with its inode number
 	// name the base's content in fingerprints without another lstat.
 	bsize, bmtime int64
 	bknown        bool

@@ -1,0 +1,77 @@
+package layers
+
+import (
+	"os"
+	"testing"
+)
+
+// TestPathOfAFileWhoseNewestNameWentAway: a file's record keeps the newest
+// of its names; when that name is removed and another stays, the file's
+// path is the other one, in the live view and after a restart.
+func TestPathOfAFileWhoseNewestNameWentAway(t *testing.T) {
+	cases := []struct {
+		name   string
+		inBase bool // a/f comes from the base
+		rmdir  bool // b, the directory of the removed name, goes too
+	}{
+		{"layer file, directory removed", false, true},
+		{"layer file, directory stays", false, false},
+		{"base file, directory removed", true, true},
+		{"base file, directory stays", true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, MinBlockSize, func(base string) {
+				if c.inBase {
+					put(t, base+"/a/f", "base")
+				}
+			})
+			v := e.view()
+			var a, f Attr
+			if c.inBase {
+				a = lookup(t, v, RootIno, "a")
+				f = lookup(t, v, a.Ino, "f")
+			} else {
+				a = mkdir(t, v, RootIno, "a")
+				f = mkfile(t, v, a.Ino, "f", "layer")
+			}
+			b := mkdir(t, v, RootIno, "b")
+			_, err := v.Link(f.Ino, b.Ino, "g")
+			ok(t, "link", err)
+			ok(t, "unlink b/g", v.Unlink(b.Ino, "g"))
+			if c.rmdir {
+				ok(t, "rmdir b", v.Rmdir(RootIno, "b"))
+			}
+			check := func(when string) {
+				t.Helper()
+				v.mu.Lock()
+				p, err := v.pathOf(f.Ino)
+				v.mu.Unlock()
+				ok(t, when+": path of the file", err)
+				if p != "a/f" {
+					t.Fatalf("%s: path: got %q, want a/f", when, p)
+				}
+			}
+			check("live")
+			v = e.reopen(v)
+			defer v.Close()
+			check("after a restart")
+		})
+	}
+}
+
+// TestPathOfAFileWithNoNameLeft: a file none of whose names is left has no
+// path; the search for another name says so instead of making one up.
+func TestPathOfAFileWithNoNameLeft(t *testing.T) {
+	e := newEnv(t, MinBlockSize, func(base string) { ok(t, "mkdir", os.MkdirAll(base+"/d", 0o755)) })
+	v := e.view()
+	defer v.Close()
+	f := mkfile(t, v, RootIno, "f", "x")
+	ok(t, "open", v.Open(f.Ino))
+	defer v.Release(f.Ino)
+	ok(t, "unlink", v.Unlink(RootIno, "f"))
+	v.mu.Lock()
+	_, err := v.pathOf(f.Ino)
+	v.mu.Unlock()
+	wantErr(t, "path of a removed file", err, ErrNotFound)
+}
