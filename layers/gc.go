@@ -24,6 +24,9 @@ func keyPin(layer, owner string) []byte {
 
 // Pin records that owner needs layer (and so every layer below it).
 func (t *Txn) Pin(layer, owner string) error {
+	if err := t.fault("pin", layer); err != nil {
+		return err
+	}
 	if _, err := t.Layer(layer); err != nil {
 		return err
 	}
@@ -32,6 +35,9 @@ func (t *Txn) Pin(layer, owner string) error {
 
 // Unpin drops owner's pin of layer.
 func (t *Txn) Unpin(layer, owner string) error {
+	if err := t.fault("unpin", layer); err != nil {
+		return err
+	}
 	return t.txn.Delete(keyPin(layer, owner))
 }
 

@@ -27,7 +27,7 @@ import (
 // and joins instead of comparing trees.
 //
 // Base files count as immutable here, as everywhere in a sandbox's life:
-// their identity (path, size, modification time) is taken from the stat
+// their identity (inode number, size, modification time) is taken from the stat
 // the view made when it first read them.
 
 type entryKey struct {

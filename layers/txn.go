@@ -33,6 +33,9 @@ func (t *Txn) Get(key string) ([]byte, error) {
 	if err := checkExtKey(key); err != nil {
 		return nil, err
 	}
+	if err := t.fault("get", key); err != nil {
+		return nil, err
+	}
 	item, err := t.txn.Get([]byte(key))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, fmt.Errorf("%s: %w", key, ErrNotFound)
@@ -48,12 +51,18 @@ func (t *Txn) Set(key string, val []byte) error {
 	if err := checkExtKey(key); err != nil {
 		return err
 	}
+	if err := t.fault("set", key); err != nil {
+		return err
+	}
 	return t.txn.Set([]byte(key), val)
 }
 
 // Delete removes key; deleting a missing key is not an error.
 func (t *Txn) Delete(key string) error {
 	if err := checkExtKey(key); err != nil {
+		return err
+	}
+	if err := t.fault("delete", key); err != nil {
 		return err
 	}
 	return t.txn.Delete([]byte(key))
@@ -63,6 +72,9 @@ func (t *Txn) Delete(key string) error {
 // its value. fn's error stops the scan and is returned.
 func (t *Txn) Scan(prefix string, fn func(key string, val []byte) error) error {
 	if err := checkExtKey(prefix); err != nil {
+		return err
+	}
+	if err := t.fault("scan", prefix); err != nil {
 		return err
 	}
 	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true, PrefetchSize: 64})
