@@ -11,13 +11,18 @@ import (
 // whose own table writes fail inside the transaction that moves a head)
 // cannot be reached with a healthy store. A test installs a fault function
 // on one Store; the Txn operations that touch the callers' tables (Get,
-// Set, Delete, Scan) and the layer pins (Pin, Unpin) ask it first and fail
+// Set, Delete, Scan), the layer pins (Pin, Unpin) and the reads of layer
+// and sandbox records callers make (see FaultFunc) ask it first and fail
 // with its error. Nothing is installed by default, and then each of those
 // operations costs one atomic load and a nil check.
 
 // FaultFunc decides whether one transactional operation fails: op is
 // "get", "set", "delete", "scan", "pin" or "unpin", key the key, prefix or
-// layer it names. A nil result lets the operation go ahead.
+// layer it names; or one of the reads callers make of the store's own
+// records: "layer" (Txn.Layer) and "blocks" (Txn.LayerBlocks) with the
+// layer, "layers" (Store.Layers) and "stack" (Store.Stack) with the
+// sandbox, "usage" (Store.LayerUsage) with the layer, "sandboxes"
+// (Store.Sandboxes) with "". A nil result lets the operation go ahead.
 type FaultFunc func(op, key string) error
 
 // faultTable maps stores to their fault functions; it is replaced, never
@@ -62,12 +67,15 @@ func setFault(s *Store, f FaultFunc) {
 }
 
 // fault is the injected error, if any, for op on key in this transaction.
-func (t *Txn) fault(op, key string) error {
+func (t *Txn) fault(op, key string) error { return t.s.fault(op, key) }
+
+// fault is the injected error, if any, for op on key in this store.
+func (s *Store) fault(op, key string) error {
 	tab := faults.Load()
 	if tab == nil {
 		return nil
 	}
-	if f := (*tab)[t.s]; f != nil {
+	if f := (*tab)[s]; f != nil {
 		return f(op, key)
 	}
 	return nil

@@ -438,6 +438,9 @@ func (t *Txn) SetLayerState(id, state string) error {
 
 // Layer reads a layer record inside a transaction.
 func (t *Txn) Layer(id string) (LayerInfo, error) {
+	if err := t.fault("layer", id); err != nil {
+		return LayerInfo{}, err
+	}
 	var l LayerInfo
 	if err := getJSON(t.txn, keyLayer(id), &l); err != nil {
 		return LayerInfo{}, fmt.Errorf("layer %s: %w", id, err)
@@ -457,6 +460,9 @@ func (t *Txn) Sandbox(name string) (SandboxInfo, error) {
 // LayerUsage counts the blocks a layer holds and the files they belong to.
 // A block is the sandbox's block size at most (less on a sparse tail).
 func (s *Store) LayerUsage(id string) (blocks int64, files int, err error) {
+	if err := s.fault("usage", id); err != nil {
+		return 0, 0, err
+	}
 	prefix := prefixLayerTable(tBlock, id)
 	var last []byte
 	err = s.view(func(txn *badger.Txn) error {
@@ -566,6 +572,9 @@ func (s *Store) Fork(name, layer string) (SandboxInfo, error) {
 // Layers lists the layers of a sandbox's stack (top first) and, with
 // archived, the archived layers the sandbox created.
 func (s *Store) Layers(name string, archived bool) ([]LayerInfo, error) {
+	if err := s.fault("layers", name); err != nil {
+		return nil, err
+	}
 	var out []LayerInfo
 	err := s.view(func(txn *badger.Txn) error {
 		stack, err := stackOf(txn, name)

@@ -474,6 +474,9 @@ func (t *Txn) keepDelta(d *LayerDelta) {
 // LayerBlocks counts the blocks a layer holds (LayerUsage), from its
 // delta when one is known.
 func (t *Txn) LayerBlocks(layer string) (int64, error) {
+	if err := t.fault("blocks", layer); err != nil {
+		return 0, err
+	}
 	if d := t.deltas[layer]; d != nil {
 		return d.Blocks, nil
 	}

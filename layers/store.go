@@ -336,6 +336,9 @@ func (s *Store) Sandbox(name string) (SandboxInfo, error) {
 
 // Sandboxes lists every sandbox, sorted by name.
 func (s *Store) Sandboxes() ([]SandboxInfo, error) {
+	if err := s.fault("sandboxes", ""); err != nil {
+		return nil, err
+	}
 	var out []SandboxInfo
 	err := s.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
@@ -365,6 +368,9 @@ func (s *Store) Layer(id string) (LayerInfo, error) {
 
 // Stack returns the layer ids of a sandbox's stack, top (active) first.
 func (s *Store) Stack(name string) ([]string, error) {
+	if err := s.fault("stack", name); err != nil {
+		return nil, err
+	}
 	var stack []string
 	err := s.view(func(txn *badger.Txn) error {
 		var err error
