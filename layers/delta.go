@@ -101,47 +101,16 @@ func (s *Store) Compare(sandbox, from, to string, withPaths bool) (Changes, erro
 	vb.mu.Lock()
 	defer vb.mu.Unlock()
 
-	type ekey struct {
-		dir  uint64
-		name string
-	}
-	entries := map[ekey]bool{}
+	entries := map[entryKey]bool{}
 	inodes := map[uint64]bool{}
 	err = s.view(func(txn *badger.Txn) error {
 		for _, l := range delta {
-			prefix := prefixLayerTable(tEntry, l)
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-			for it.Rewind(); it.Valid(); it.Next() {
-				k := it.Item().Key()[len(prefix):]
-				if len(k) < 10 {
-					it.Close()
-					return fmt.Errorf("entry key %q: %w", it.Item().Key(), ErrCorrupt)
-				}
-				entries[ekey{beUint64(k), string(k[9:])}] = true
+			err := scanLayerRecords(txn, l, va, vb,
+				func(k entryKey) { entries[k] = true },
+				func(ino uint64) { inodes[ino] = true })
+			if err != nil {
+				return err
 			}
-			it.Close()
-			prefix = prefixLayerTable(tInode, l)
-			it = txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
-			for it.Rewind(); it.Valid(); it.Next() {
-				k := it.Item().Key()[len(prefix):]
-				if len(k) != 8 {
-					it.Close()
-					return fmt.Errorf("inode key %q: %w", it.Item().Key(), ErrCorrupt)
-				}
-				ino := beUint64(k)
-				inodes[ino] = true
-				var rec *Inode
-				if err := it.Item().Value(func(b []byte) error { var err error; rec, err = decodeInode(b); return err }); err != nil {
-					it.Close()
-					return err
-				}
-				// Base inodes are only known to a view through a listing;
-				// their records say where they come from.
-				if rec.HasOrigin && ino != RootIno {
-					va.origins[ino], vb.origins[ino] = rec.Origin, rec.Origin
-				}
-			}
-			it.Close()
 		}
 		return nil
 	})
@@ -547,4 +516,40 @@ func (v *View) subtree(ino uint64, top string) ([]PathAttr, error) {
 		}
 	}
 	return out, nil
+}
+
+// scanLayerRecords calls entry for each directory entry and inode for each
+// inode a layer records, and tells both views where the layer's base
+// inodes come from: they are only known to a view through a listing.
+func scanLayerRecords(txn *badger.Txn, layer string, va, vb *View, entry func(entryKey), inode func(uint64)) error {
+	prefix := prefixLayerTable(tEntry, layer)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	for it.Rewind(); it.Valid(); it.Next() {
+		k := it.Item().Key()[len(prefix):]
+		if len(k) < 10 {
+			it.Close()
+			return fmt.Errorf("entry key %q: %w", it.Item().Key(), ErrCorrupt)
+		}
+		entry(entryKey{beUint64(k), string(k[9:])})
+	}
+	it.Close()
+	prefix = prefixLayerTable(tInode, layer)
+	it = txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		k := it.Item().Key()[len(prefix):]
+		if len(k) != 8 {
+			return fmt.Errorf("inode key %q: %w", it.Item().Key(), ErrCorrupt)
+		}
+		ino := beUint64(k)
+		inode(ino)
+		var rec *Inode
+		if err := it.Item().Value(func(b []byte) error { var err error; rec, err = decodeInode(b); return err }); err != nil {
+			return err
+		}
+		if rec.HasOrigin && ino != RootIno {
+			va.origins[ino], vb.origins[ino] = rec.Origin, rec.Origin
+		}
+	}
+	return nil
 }

@@ -293,41 +293,14 @@ func (s *Store) computeDelta(sandbox, layer string) (*LayerDelta, error) {
 	var keys []entryKey
 	var inos []uint64
 	err = s.view(func(txn *badger.Txn) error {
-		prefix := prefixLayerTable(tEntry, layer)
+		err := scanLayerRecords(txn, layer, va, vb,
+			func(k entryKey) { keys = append(keys, k) },
+			func(ino uint64) { inos = append(inos, ino) })
+		if err != nil {
+			return err
+		}
+		prefix := prefixLayerTable(tBlock, layer)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		for it.Rewind(); it.Valid(); it.Next() {
-			k := it.Item().Key()[len(prefix):]
-			if len(k) < 10 {
-				it.Close()
-				return fmt.Errorf("entry key %q: %w", it.Item().Key(), ErrCorrupt)
-			}
-			keys = append(keys, entryKey{beUint64(k), string(k[9:])})
-		}
-		it.Close()
-		prefix = prefixLayerTable(tInode, layer)
-		it = txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
-		for it.Rewind(); it.Valid(); it.Next() {
-			k := it.Item().Key()[len(prefix):]
-			if len(k) != 8 {
-				it.Close()
-				return fmt.Errorf("inode key %q: %w", it.Item().Key(), ErrCorrupt)
-			}
-			ino := beUint64(k)
-			inos = append(inos, ino)
-			var rec *Inode
-			if err := it.Item().Value(func(b []byte) error { var err error; rec, err = decodeInode(b); return err }); err != nil {
-				it.Close()
-				return err
-			}
-			// Base inodes are only known to a view through a listing;
-			// their records say where they come from.
-			if rec.HasOrigin && ino != RootIno {
-				va.origins[ino], vb.origins[ino] = rec.Origin, rec.Origin
-			}
-		}
-		it.Close()
-		prefix = prefixLayerTable(tBlock, layer)
-		it = txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		for it.Rewind(); it.Valid(); it.Next() {
 			d.Blocks++
 		}
