@@ -56,6 +56,15 @@ type Invalidator interface {
 	Invalidate(sandbox string)
 }
 
+// TouchedInvalidator is an Invalidator that can also drop only what a
+// move touched, when the move could tell it (layers.Changes.Touched);
+// rollbacks and restores then cost what changed, not what the kernel
+// caches.
+type TouchedInvalidator interface {
+	Invalidator
+	InvalidateTouched(sandbox string, t layers.Touched)
+}
+
 // Manager creates checkpoints and rolls sandboxes back in one store.
 type Manager struct {
 	store *layers.Store

@@ -18,6 +18,14 @@ func (ms mounts) Invalidate(sandbox string) {
 	}
 }
 
+// InvalidateTouched makes every live test of a rollback run the targeted
+// invalidation a served mount uses.
+func (ms mounts) InvalidateTouched(sandbox string, t layers.Touched) {
+	if m, ok := ms[sandbox]; ok {
+		m.InvalidateTouched(t)
+	}
+}
+
 type liveSandbox struct {
 	t     *testing.T
 	store *layers.Store

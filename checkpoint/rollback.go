@@ -128,9 +128,7 @@ func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, ext
 	if err != nil {
 		return RollbackResult{}, fmt.Errorf("rollback %s: %w", sandbox, err)
 	}
-	if m.inval != nil {
-		m.inval.Invalidate(sandbox)
-	}
+	m.invalidate(sandbox, ch)
 	millis := float64(time.Since(start).Microseconds()) / 1000
 	res := RollbackResult{Sandbox: sandbox, Checkpoint: toCheckpoint, Archive: ar.ID, Millis: millis, ChangedPaths: []string{}}
 	if ar.Top == "" {
@@ -147,6 +145,19 @@ func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, ext
 	sort.Strings(res.ChangedPaths)
 	res.RestoredFiles = len(res.ChangedPaths)
 	return res, nil
+}
+
+// invalidate drops the kernel's caches of sandbox's live mount after a
+// move that told what it changed (ch, may be nil).
+func (m *Manager) invalidate(sandbox string, ch *layers.Changes) {
+	if m.inval == nil {
+		return
+	}
+	if ti, ok := m.inval.(TouchedInvalidator); ok && ch != nil && ch.Touched != nil {
+		ti.InvalidateTouched(sandbox, *ch.Touched)
+		return
+	}
+	m.inval.Invalidate(sandbox)
 }
 
 func putArchive(tx *layers.Txn, ar Archive) error {

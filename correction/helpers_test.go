@@ -24,6 +24,14 @@ func (ms mounts) Invalidate(sandbox string) {
 	}
 }
 
+// InvalidateTouched makes every live test of a rollback run the targeted
+// invalidation a served mount uses.
+func (ms mounts) InvalidateTouched(sandbox string, t layers.Touched) {
+	if m, ok := ms[sandbox]; ok {
+		m.InvalidateTouched(t)
+	}
+}
+
 // env is a store with one sandbox "s" over a base, mounted at mnt, and
 // the managers over it.
 type env struct {

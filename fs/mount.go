@@ -35,6 +35,7 @@ type Mount struct {
 	root        *node
 	blksize     uint32
 	passthrough bool
+	index       inodeIndex // the inodes the kernel may hold, by number
 }
 
 // Timeouts of the kernel's caches. Only this process changes the tree, and

@@ -69,7 +69,9 @@ func fillAttr(out *fuse.Attr, a layers.Attr, blksize uint32) {
 
 func (n *node) child(ctx context.Context, a layers.Attr, out *fuse.EntryOut) *gofs.Inode {
 	fillAttr(&out.Attr, a, n.m.blksize)
-	return n.NewInode(ctx, &node{m: n.m}, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	ch := n.NewInode(ctx, &node{m: n.m}, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	n.m.index.add(a.Ino, ch)
+	return ch
 }
 
 func caller(ctx context.Context) layers.Caller {
@@ -194,6 +196,7 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	}
 	fillAttr(&out.Attr, a, n.m.blksize)
 	ch := n.NewInode(ctx, &node{m: n.m}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: a.Ino})
+	n.m.index.add(a.Ino, ch)
 	cn := ch.Operations().(*node)
 	// The view counted the file as open already; the handle's release ends it.
 	h := &handle{n: cn, flags: flags, epoch: n.view().Epoch()}
@@ -204,7 +207,10 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 }
 
 // OnForget lets the view drop what it keeps of an inode the kernel let go.
-func (n *node) OnForget() { n.view().Forget(n.ino()) }
+func (n *node) OnForget() {
+	n.m.index.remove(n.ino(), &n.Inode)
+	n.view().Forget(n.ino())
+}
 
 // Symlink creates a symlink.
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

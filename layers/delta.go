@@ -49,6 +49,19 @@ type InodeChange struct {
 type Changes struct {
 	Entries []EntryChange
 	Inodes  []InodeChange
+	// Touched, when not nil, names every inode and directory whose
+	// records the layers between the two states hold: a superset of what
+	// differs, attributes a diff leaves out (owner, times, links)
+	// included, for dropping cached copies of them (fs.Mount). RepointDiff
+	// fills it; Compare does not.
+	Touched *Touched
+}
+
+// Touched is the inodes whose records, and the directories whose entries,
+// some layer between two states holds.
+type Touched struct {
+	Inodes []uint64
+	Dirs   []uint64
 }
 
 // Compare lists what differs between the stacks topped by layers from and
@@ -328,16 +341,23 @@ func (v *View) childPath(dir uint64, name string) (string, error) {
 // names or, for an untouched base inode, through its place in the base.
 func (v *View) pathOf(ino uint64) (string, error) { return v.pathOfVisit(ino, nil) }
 
+// errStopped: a pathOfVisit visitor stopped the walk, or the walk would
+// have had to search the stack for a file's other name.
+var errStopped = errors.New("path walk stopped")
+
 // pathOfVisit is pathOf that calls visit (when not nil) with every inode
-// whose record the path is derived from, ino first.
-func (v *View) pathOfVisit(ino uint64, visit func(uint64)) (string, error) {
+// whose record the path is derived from, ino first. When visit returns
+// false, or a file's recorded name is gone (its other name would be
+// searched for in every layer), the walk stops with errStopped: a caller
+// that gives visit wants only a path the view tells at once.
+func (v *View) pathOfVisit(ino uint64, visit func(uint64) bool) (string, error) {
 	var parts []string
 	for depth := 0; ino != RootIno; depth++ {
 		if depth > 4096 {
 			return "", fmt.Errorf("inode %d: path too deep: %w", ino, ErrCorrupt)
 		}
-		if visit != nil {
-			visit(ino)
+		if visit != nil && !visit(ino) {
+			return "", errStopped
 		}
 		st, err := v.getInode(ino)
 		if err != nil {
@@ -357,6 +377,9 @@ func (v *View) pathOfVisit(ino uint64, visit func(uint64)) (string, error) {
 					return "", err
 				}
 				if e == nil || e.Ino != ino {
+					if visit != nil {
+						return "", errStopped
+					}
 					if parent, name, err = v.otherName(ino); err != nil {
 						return "", err
 					}

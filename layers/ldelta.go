@@ -660,13 +660,8 @@ func (v *View) diffLocked(to string, dA *LayerDelta) (*repointDiff, error) {
 	}
 	// newPath is ino's path in the new state when the old state tells it.
 	newPath := func(ino uint64) (string, bool) {
-		same := true
-		p, err := v.pathOfVisit(ino, func(n uint64) {
-			if same && !sameName(n) {
-				same = false
-			}
-		})
-		return p, err == nil && same
+		p, err := v.pathOfVisit(ino, sameName)
+		return p, err == nil
 	}
 	for k, s := range entries {
 		var a, b *DirEntry
@@ -784,6 +779,14 @@ func (rd *repointDiff) finishLocked(v *View) (*Changes, error) {
 		}
 	}
 	sortChanges(&rd.ch)
+	t := &Touched{Inodes: make([]uint64, 0, len(rd.changed.inodes)), Dirs: make([]uint64, 0, len(rd.changed.dirs))}
+	for ino := range rd.changed.inodes {
+		t.Inodes = append(t.Inodes, ino)
+	}
+	for ino := range rd.changed.dirs {
+		t.Dirs = append(t.Dirs, ino)
+	}
+	rd.ch.Touched = t
 	return &rd.ch, nil
 }
 

@@ -255,6 +255,7 @@ func runDeltas(t *testing.T, seed int64) {
 				slow++
 				continue
 			}
+			touchedCovers(t, fmt.Sprintf("seed %d step %d", seed, step), *ch)
 			if g, w := changesView(*ch), changesView(want); !reflect.DeepEqual(g, w) {
 				t.Fatalf("seed %d step %d: repoint from %s to %s lists\n%s\nCompare lists\n%s", seed, step, head.Head, to, join(g), join(w))
 			}
@@ -266,6 +267,32 @@ func runDeltas(t *testing.T, seed int64) {
 		t.Errorf("seed %d: %d deltas from memory, %d rollbacks told their changes", seed, fast, diffs)
 	}
 	t.Logf("seed %d: %d deltas from memory, %d rollbacks told their changes, %d compared after", seed, fast, diffs, slow)
+}
+
+// touchedCovers checks that ch.Touched names every inode and directory
+// ch lists as changed: a live mount drops the kernel's caches of those.
+func touchedCovers(t *testing.T, what string, ch Changes) {
+	t.Helper()
+	if ch.Touched == nil {
+		t.Fatalf("%s: a repoint's changes name nothing as touched", what)
+	}
+	inos, dirs := map[uint64]bool{}, map[uint64]bool{}
+	for _, i := range ch.Touched.Inodes {
+		inos[i] = true
+	}
+	for _, d := range ch.Touched.Dirs {
+		dirs[d] = true
+	}
+	for _, c := range ch.Inodes {
+		if !inos[c.Ino] {
+			t.Errorf("%s: inode %d changed but is not named touched", what, c.Ino)
+		}
+	}
+	for _, c := range ch.Entries {
+		if !dirs[c.Dir] {
+			t.Errorf("%s: entry %q of %d changed but its directory is not named touched", what, c.Name, c.Dir)
+		}
+	}
 }
 
 // treeOf lists every path of a view with what it is (times left out).

@@ -274,6 +274,12 @@ func (i mountInvalidator) Invalidate(sandbox string) {
 	}
 }
 
+func (i mountInvalidator) InvalidateTouched(sandbox string, t layers.Touched) {
+	if sandbox == i.sandbox {
+		i.m.InvalidateTouched(t)
+	}
+}
+
 func setupStrataAPI(_ context.Context, _ *harness, base, dir string) (*ckptTarget, error) {
 	storeDir, mnt := filepath.Join(dir, "store"), filepath.Join(dir, "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {

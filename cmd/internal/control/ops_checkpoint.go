@@ -136,6 +136,12 @@ func (i invalidator) Invalidate(sandbox string) {
 	}
 }
 
+func (i invalidator) InvalidateTouched(sandbox string, t layers.Touched) {
+	if m, ok := i.s.Mount(sandbox); ok {
+		m.InvalidateTouched(t)
+	}
+}
+
 // checkpoints returns the checkpoint manager of the server's store, wired
 // to the server's live mounts. A Manager keeps no state of its own.
 func (s *Server) checkpoints() *checkpoint.Manager {
