@@ -91,13 +91,13 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, toErrno(err)
 		}
-		return fuse.ReadResultData(dest[:n]), 0
+		return fuse.ReadResultVector([][]byte{dest[:n]}), 0
 	}
 	n, err := h.n.view().ReadAt(h.n.ino(), dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, toErrno(err)
 	}
-	return fuse.ReadResultData(dest[:n]), 0
+	return fuse.ReadResultVector([][]byte{dest[:n]}), 0
 }
 
 // Write writes into the active layer.
