@@ -8,10 +8,11 @@ import (
 
 // inodeIndex finds the go-fuse inodes of an inode number, so a rollback
 // can tell the kernel about the inodes it changed without walking every
-// inode the kernel knows. go-fuse keeps one inode per number but may
-// discard the one a lookup made when another lookup registered the
-// number first; both are indexed, and the discarded one (never known to
-// the kernel: Forgotten) is dropped when it is met.
+// inode the kernel knows. go-fuse keeps one inode per number: when two
+// lookups of one number race, it keeps the first and discards the other,
+// which stays here (never forgotten, as the kernel never knew it) and gets
+// notifications the kernel ignores. Link hands go-fuse the inode it
+// already has, so only such races leave one behind.
 type inodeIndex struct {
 	mu sync.Mutex
 	m  map[uint64][]*gofs.Inode
@@ -50,29 +51,9 @@ func (x *inodeIndex) remove(ino uint64, in *gofs.Inode) {
 	}
 }
 
-// known returns the inodes of ino the kernel may hold, dropping those it
-// never knew.
+// known returns the inodes of ino the kernel may hold.
 func (x *inodeIndex) known(ino uint64) []*gofs.Inode {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	list := x.m[ino]
-	kept := list[:0]
-	for _, in := range list {
-		if !in.Forgotten() {
-			kept = append(kept, in)
-		}
-	}
-	if len(kept) == 0 {
-		delete(x.m, ino)
-		return nil
-	}
-	x.m[ino] = kept
-	return append([]*gofs.Inode(nil), kept...)
-}
-
-// size is the number of inode numbers indexed (for tests).
-func (x *inodeIndex) size() int {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return len(x.m)
+	return append([]*gofs.Inode(nil), x.m[ino]...)
 }

@@ -223,11 +223,15 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 
 // Link gives target another name in this directory.
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	a, err := n.view().Link(target.EmbeddedInode().StableAttr().Ino, n.ino(), name)
+	in := target.EmbeddedInode()
+	a, err := n.view().Link(in.StableAttr().Ino, n.ino(), name)
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	return n.child(ctx, a, out), 0
+	// The new name is of the inode go-fuse has: a new one would only be
+	// discarded in favour of it.
+	fillAttr(&out.Attr, a, n.m.blksize)
+	return in, 0
 }
 
 // Unlink removes a name.
