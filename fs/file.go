@@ -105,6 +105,12 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if errno := h.check(); errno != 0 {
 		return 0, errno
 	}
+	if h.n.m.raw.mustKill(ctx) {
+		// Before the data, as the kernel's own file_remove_privs.
+		if err := h.n.view().KillSuidgid(h.n.ino()); err != nil {
+			return 0, toErrno(err)
+		}
+	}
 	n, err := h.n.view().WriteAt(h.n.ino(), data, off, h.flags&syscall.O_APPEND != 0)
 	if err != nil {
 		return 0, toErrno(err)

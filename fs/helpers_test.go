@@ -15,6 +15,7 @@ type sandbox struct {
 	base  string
 	mnt   string
 	name  string
+	opts  Options // of every mount
 	m     *Mount
 }
 
@@ -22,8 +23,13 @@ type sandbox struct {
 // The mount is undone when the test ends, even if it fails.
 func newSandbox(t *testing.T, fill func(base string)) *sandbox {
 	t.Helper()
-	dir := t.TempDir()
-	sb := &sandbox{t: t, base: filepath.Join(dir, "base"), mnt: filepath.Join(dir, "mnt"), name: "test"}
+	return newSandboxIn(t, t.TempDir(), Options{}, fill)
+}
+
+// newSandboxIn is newSandbox in directory dir, mounted with opts.
+func newSandboxIn(t *testing.T, dir string, opts Options, fill func(base string)) *sandbox {
+	t.Helper()
+	sb := &sandbox{t: t, base: filepath.Join(dir, "base"), mnt: filepath.Join(dir, "mnt"), name: "test", opts: opts}
 	for _, d := range []string{sb.base, sb.mnt} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -56,7 +62,7 @@ func (sb *sandbox) mount() {
 	if err != nil {
 		sb.t.Fatal(err)
 	}
-	m, err := New(sb.mnt, v, Options{})
+	m, err := New(sb.mnt, v, sb.opts)
 	if err != nil {
 		v.Close()
 		sb.t.Fatal(err)

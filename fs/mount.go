@@ -36,6 +36,7 @@ type Mount struct {
 	blksize     uint32
 	passthrough bool
 	index       inodeIndex // the inodes the kernel may hold, by number
+	raw         *killprivFS
 }
 
 // Timeouts of the kernel's caches. Only this process changes the tree, and
@@ -74,6 +75,8 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 			MaxWrite:     1 << 20,
 			MaxReadAhead: 1 << 20,
 			Debug:        o.Debug,
+			// See killpriv.go.
+			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 		},
 		EntryTimeout:   &entryTimeout,
 		AttrTimeout:    &attrTimeout,
@@ -81,8 +84,14 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 		// Mode 0 is a real mode (chmod 0); without this go-fuse shows it as 0644.
 		NullPermissions: true,
 	}
-	server, err := gofs.Mount(dir, m.root, opts)
+	// gofs.Mount, with the raw file system wrapped (killpriv.go).
+	m.raw = &killprivFS{RawFileSystem: gofs.NewNodeFS(m.root, opts)}
+	server, err := fuse.NewServer(m.raw, dir, &opts.MountOptions)
 	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
 	m.server = server

@@ -134,6 +134,8 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		ns := t.UnixNano()
 		set.Mtime = &ns
 	}
+	// A truncate by a caller without CAP_FSETID, or a chown (killpriv.go).
+	set.KillSuidgid = in.Valid&fuse.FATTR_KILL_SUIDGID != 0
 	a, err := n.view().SetAttr(n.ino(), set)
 	if err != nil {
 		return toErrno(err)

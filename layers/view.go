@@ -53,6 +53,12 @@ type SetAttrIn struct {
 	UID, GID     *uint32
 	Size         *int64
 	Atime, Mtime *int64 // nanoseconds
+	// KillSuidgid drops set-user-ID, and set-group-ID where the group may
+	// execute, from a file that is not a directory, as the kernel does on
+	// a truncate by a caller without CAP_FSETID and on a chown; a FUSE
+	// server that negotiated HANDLE_KILLPRIV_V2 does it itself. A Mode
+	// given too wins.
+	KillSuidgid bool
 }
 
 // Rename flags, as renameat2 takes them.

@@ -1,0 +1,53 @@
+package fs
+
+import (
+	"context"
+	"sync"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// The mount negotiates FUSE_HANDLE_KILLPRIV_V2. Without it the kernel asks
+// for security.capability (GETXATTR) before every write, to learn whether
+// a write must drop privileges: one more round trip per write, which made
+// random 4 KiB writes 1.5 times slower (2.47 s against 1.61 s for 20k
+// writes). With it the kernel checks once per inode and leaves dropping
+// set-user-ID and set-group-ID to the server: a write by a caller without
+// CAP_FSETID carries WRITE_KILL_SUIDGID, a truncate by one and every chown
+// carry FATTR_KILL_SUIDGID (see Setattr). The kernel still removes
+// security.capability itself.
+
+// killprivFS passes the WRITE_KILL_SUIDGID flag, which go-fuse's node API
+// does not hand on, to the write it belongs to: by the request's cancel
+// channel, which is the request's own and reaches the handle in its
+// fuse.Context.
+type killprivFS struct {
+	fuse.RawFileSystem
+	kills sync.Map // cancel channel of a write that must drop privileges
+}
+
+func (k *killprivFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
+		k.kills.Store(cancel, struct{}{})
+		defer k.kills.Delete(cancel)
+	}
+	return k.RawFileSystem.Write(cancel, in, data)
+}
+
+func (k *killprivFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
+		k.kills.Store(cancel, struct{}{})
+		defer k.kills.Delete(cancel)
+	}
+	return k.RawFileSystem.Writev(cancel, in, data)
+}
+
+// mustKill tells whether the write request of ctx must drop privileges.
+func (k *killprivFS) mustKill(ctx context.Context) bool {
+	fc, ok := ctx.(*fuse.Context)
+	if !ok || fc.Cancel == nil {
+		return false
+	}
+	_, kill := k.kills.Load(fc.Cancel)
+	return kill
+}

@@ -1,0 +1,106 @@
+package layers
+
+import (
+	"errors"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// TestKillSuidgid: a write by a caller without CAP_FSETID, a truncate by
+// one and a chown drop set-user-ID, and set-group-ID where the group may
+// execute; a directory keeps both, and a file with neither records
+// nothing. The change survives a restart and, on a base file, leaves the
+// base alone.
+func TestKillSuidgid(t *testing.T) {
+	tests := []struct {
+		name string
+		mode uint32
+		want uint32
+	}{
+		{"suid and sgid, group executes", 0o6755, 0o755},
+		{"sgid without group execute stays", 0o6745, 0o2745},
+		{"sgid alone, group executes", 0o2771, 0o771},
+		{"sticky stays", 0o5777, 0o1777},
+		{"nothing to drop", 0o755, 0o755},
+	}
+	e := newEnv(t, 0, func(base string) {
+		for i, tt := range tests {
+			p := filepath.Join(base, "f"+string(rune('a'+i)))
+			put(t, p, "data")
+			ok(t, "chmod", syscall.Chmod(p, tt.mode))
+		}
+	})
+	v := e.view()
+	ents, err := v.ReadDir(RootIno)
+	ok(t, "readdir", err)
+	byName := map[string]uint64{}
+	for _, d := range ents {
+		byName[d.Name] = d.Ino
+	}
+	for i, tt := range tests {
+		ino := byName["f"+string(rune('a'+i))]
+		ok(t, tt.name, v.KillSuidgid(ino))
+		if a, err := v.GetAttr(ino); err != nil || a.Mode&07777 != tt.want {
+			t.Errorf("%s: mode %o (%v), want %o", tt.name, a.Mode&07777, err, tt.want)
+		}
+	}
+	// A file with nothing to drop was not copied up.
+	v.mu.Lock()
+	recorded := v.hasRecordLocked(byName["fe"])
+	v.mu.Unlock()
+	if recorded {
+		t.Error("KillSuidgid recorded a file that had nothing to drop")
+	}
+	v = e.reopen(v)
+	defer v.Close()
+	_, err = v.ReadDir(RootIno)
+	ok(t, "readdir", err)
+	for i, tt := range tests {
+		a, err := v.GetAttr(byName["f"+string(rune('a'+i))])
+		if err != nil || a.Mode&07777 != tt.want {
+			t.Errorf("%s after a restart: mode %o (%v), want %o", tt.name, a.Mode&07777, err, tt.want)
+		}
+		var st syscall.Stat_t
+		ok(t, "stat base", syscall.Stat(filepath.Join(e.base, "f"+string(rune('a'+i))), &st))
+		if st.Mode&07777 != tt.mode {
+			t.Errorf("%s: base file's mode %o, want %o", tt.name, st.Mode&07777, tt.mode)
+		}
+	}
+
+	// SetAttr drops them with a chown or truncate, unless it sets a mode.
+	dir, err := v.Mkdir(RootIno, "d", 0o2775, root)
+	ok(t, "mkdir", err)
+	f := mkfile(t, v, RootIno, "g", "data")
+	m := uint32(0o6755)
+	_, err = v.SetAttr(f.Ino, SetAttrIn{Mode: &m})
+	ok(t, "chmod", err)
+	size := int64(1)
+	a, err := v.SetAttr(f.Ino, SetAttrIn{Size: &size, KillSuidgid: true})
+	ok(t, "truncate", err)
+	if a.Mode&07777 != 0o755 || a.Size != 1 {
+		t.Errorf("after a truncate that drops privileges: mode %o size %d, want 755 and 1", a.Mode&07777, a.Size)
+	}
+	_, err = v.SetAttr(f.Ino, SetAttrIn{Mode: &m})
+	ok(t, "chmod", err)
+	if a, err = v.SetAttr(f.Ino, SetAttrIn{Mode: &m, KillSuidgid: true}); err != nil || a.Mode&07777 != 0o6755 {
+		t.Errorf("a mode given with KillSuidgid: mode %o (%v), want 6755", a.Mode&07777, err)
+	}
+	uid := uint32(1000)
+	if a, err = v.SetAttr(dir.Ino, SetAttrIn{UID: &uid, KillSuidgid: true}); err != nil || a.Mode&07777 != 0o2775 {
+		t.Errorf("a directory's chown: mode %o (%v), want 2775", a.Mode&07777, err)
+	}
+
+	// Errors: an unknown inode, a read-only view.
+	if err := v.KillSuidgid(1 << 40); !errors.Is(err, ErrNotFound) {
+		t.Errorf("KillSuidgid of an unknown inode: %v, want ErrNotFound", err)
+	}
+	head, err := e.store.Sandbox(e.name)
+	ok(t, "sandbox", err)
+	ro, err := e.store.OpenSnapshot(e.name, head.Head)
+	ok(t, "open a snapshot", err)
+	defer ro.Close()
+	if err := ro.KillSuidgid(f.Ino); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("KillSuidgid on a read-only view: %v, want ErrReadOnly", err)
+	}
+}
