@@ -32,6 +32,19 @@
 // is not passthrough with EIO, so a process reading a file would lock
 // writers out of it (found by TestConcurrentIOAndCommands).
 //
+// # Writes and privileges
+//
+// The mount negotiates FUSE_HANDLE_KILLPRIV_V2 (killpriv.go). Without it
+// the kernel asks for security.capability before every write, one more
+// round trip per write. With it the kernel asks once per inode and removes
+// capabilities itself, and the server drops set-user-ID and set-group-ID:
+// on a write or truncate by a caller without CAP_FSETID, and on every chown.
+// go-fuse's node API does not hand on a write's flags, so a thin wrapper of
+// the raw file system passes WRITE_KILL_SUIDGID to the handle by the
+// request's cancel channel. Reads answer with a vector (one writev to
+// /dev/fuse). A ReadResultData made go-fuse try a splice first and drain
+// the pipe when it found no file descriptor.
+//
 // # Open handles across a rollback
 //
 // Handles remember the view's epoch. After a rollback, I/O on a handle

@@ -285,6 +285,10 @@ func TestSparseFile(t *testing.T) {
 		if st.Size != off+4 {
 			t.Fatalf("size: got %d, want %d", st.Size, off+4)
 		}
+		// stat (and du) see the hole: one page holds data.
+		if st.Blocks != 8 {
+			t.Errorf("st_blocks: got %d, want 8 (one 4 KiB page)", st.Blocks)
+		}
 		want := make([]byte, off+4)
 		copy(want[off:], "tail")
 		checkBytes(t, p, want)

@@ -314,6 +314,7 @@ func touchPages(ref *blockRef, lo, hi int64) {
 }
 
 func (v *View) markBlock(st *inodeState, blk uint64) {
+	st.allocKnown = false
 	if st.dirtyBlocks == nil {
 		st.dirtyBlocks = map[uint64]struct{}{}
 	}
@@ -322,6 +323,7 @@ func (v *View) markBlock(st *inodeState, blk uint64) {
 }
 
 func (v *View) markRec(st *inodeState) {
+	st.allocKnown = false
 	st.dirtyRec = true
 	v.dirty[st.ino] = st
 }

@@ -239,7 +239,7 @@ func settleBelow(st *inodeState) {
 		st.rec.Floor = -1
 		st.inActive = false
 	}
-	st.blocksLoaded = false
+	st.blocksLoaded, st.allocKnown = false, false
 	st.active, st.frozen = nil, nil
 	st.dirtyRec, st.dirtyBlocks = false, nil
 }

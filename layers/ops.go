@@ -92,7 +92,7 @@ func (v *View) Lookup(dir uint64, name string) (Attr, error) {
 	if err != nil {
 		return Attr{}, err
 	}
-	return st.attr(), nil
+	return v.statAttrLocked(st), nil
 }
 
 func (v *View) lookupLocked(dir uint64, name string) (*inodeState, error) {
@@ -119,7 +119,7 @@ func (v *View) GetAttr(ino uint64) (Attr, error) {
 	if err != nil {
 		return Attr{}, err
 	}
-	return st.attr(), nil
+	return v.statAttrLocked(st), nil
 }
 
 // ReadDir lists directory dir, sorted by name.
@@ -161,6 +161,7 @@ func (v *View) copyUp(st *inodeState) {
 		st.rec = st.rec.clone()
 		st.rec.Floor = -1
 		st.inActive = true
+		st.pureBase = false
 		if !st.rec.HasParent && st.rec.HasOrigin && st.ino != RootIno {
 			if p, ok := v.bparent[st.ino]; ok {
 				v.setParent(st, p, path.Base(st.rec.Origin))
@@ -243,7 +244,7 @@ func (v *View) newChild(dir uint64, name string, mode uint32, rdev uint64, targe
 	touch(dst, true)
 	b.putRec(dst)
 	b.done()
-	return st.attr(), nil
+	return v.statAttrLocked(st), nil
 }
 
 // Mknod creates a regular file, fifo, socket or device node.
@@ -290,7 +291,7 @@ func (v *View) Tmpfile(dir uint64, mode uint32, c Caller) (Attr, error) {
 	v.pre.inode(st, nil)
 	v.inodes[ino] = st
 	v.opens[ino]++
-	return st.attr(), nil
+	return v.statAttrLocked(st), nil
 }
 
 // Mkdir creates a directory.
@@ -351,7 +352,7 @@ func (v *View) Link(ino, dir uint64, name string) (Attr, error) {
 	touch(dst, true)
 	b.putRec(dst)
 	b.done()
-	return st.attr(), nil
+	return v.statAttrLocked(st), nil
 }
 
 // dropLink lowers st's link count for a name that went away; an inode
@@ -737,7 +738,7 @@ func (v *View) SetAttr(ino uint64, in SetAttrIn) (Attr, error) {
 	b := &batch{v: v}
 	b.putRec(st)
 	b.done()
-	return st.attr(), nil
+	return v.statAttrLocked(st), nil
 }
 
 // killSuidgid is mode without set-user-ID and, where the group may

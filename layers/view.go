@@ -87,7 +87,15 @@ type inodeState struct {
 	// name the base's content in fingerprints without another lstat.
 	bsize, bmtime int64
 	bknown        bool
-	purged        bool // its records and blocks left the active layer (purge)
+	// pureBase: no layer records the inode, so its blocks are the base
+	// file's and bblocks, the base's st_blocks, is what it occupies.
+	pureBase bool
+	bblocks  int64
+	// allocBlocks is what statAttrLocked counted of the block map, while
+	// allocKnown: any change of the map or its pages clears it.
+	allocBlocks int64
+	allocKnown  bool
+	purged      bool // its records and blocks left the active layer (purge)
 
 	dirtyRec    bool
 	dirtyBlocks map[uint64]struct{}
@@ -711,6 +719,7 @@ func (v *View) sealLocked() error {
 					}
 					ref.CRCs[p] = crc32.Checksum(page, castagnoli)
 				}
+				st.allocKnown = false // a page of zeros is a hole now
 				ref.open, ref.dirty = false, nil
 			}
 			op = append(op, kv{key: keyBlock(act, ino, b), val: encodeBlockRef(*ref)})
@@ -803,12 +812,13 @@ func (v *View) getInode(ino uint64) (*inodeState, error) {
 		return nil, err
 	}
 	fromBase := false
+	var bblocks int64
 	if rec == nil {
 		origin, ok := v.origins[ino]
 		if !ok {
 			return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
 		}
-		rec, err = v.baseRec(origin)
+		rec, bblocks, err = v.baseRec(origin)
 		if err != nil {
 			return nil, err
 		}
@@ -821,16 +831,18 @@ func (v *View) getInode(ino uint64) (*inodeState, error) {
 	st := &inodeState{ino: ino, rec: rec, inActive: inActive}
 	if fromBase {
 		st.bsize, st.bmtime, st.bknown = rec.Size, rec.Mtime, true
+		st.pureBase, st.bblocks = true, bblocks
 	}
 	v.inodes[ino] = st
 	return st, nil
 }
 
-// baseRec builds the record of an untouched base file.
-func (v *View) baseRec(origin string) (*Inode, error) {
+// baseRec builds the record of an untouched base file, and tells the
+// blocks it occupies (st_blocks).
+func (v *View) baseRec(origin string) (*Inode, int64, error) {
 	st, err := v.base.lstat(origin)
 	if err != nil {
-		return nil, mapOSErr(err)
+		return nil, 0, mapOSErr(err)
 	}
 	rec := &Inode{
 		Mode: st.Mode, UID: st.Uid, GID: st.Gid, Nlink: uint32(st.Nlink), Rdev: st.Rdev,
@@ -841,10 +853,10 @@ func (v *View) baseRec(origin string) (*Inode, error) {
 	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
 		rec.Target, err = v.base.readlink(origin)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	return rec, nil
+	return rec, st.Blocks, nil
 }
 
 func (v *View) getDir(ino uint64) (*dirState, *inodeState, error) {
@@ -984,6 +996,7 @@ func (v *View) ensureBlocks(st *inodeState) error {
 		return err
 	}
 	st.active = active
+	st.allocKnown = false
 	st.frozen = frozen
 	st.baseLimit = 0
 	if st.rec.HasOrigin {
@@ -1003,6 +1016,87 @@ func boolInt(b bool) int64 {
 func beUint64(b []byte) uint64 {
 	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
 		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+}
+
+// statAttrLocked is st's attributes as stat tells them: Blocks counts
+// what the file occupies, so that a sparse file shows its holes (du, cp
+// --sparse). An untouched base file occupies what the base file does. A
+// file a layer records occupies the 4 KiB pages of its layers' blocks
+// that hold data (a page never written, or written with zeros, is a hole,
+// as its checksum tells), plus the base it still reads, counted dense. A
+// large file's block map is loaded for it once; a file of one block or
+// less is counted by its size.
+func (v *View) statAttrLocked(st *inodeState) Attr {
+	a := st.attr()
+	if st.rec.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return a
+	}
+	if st.pureBase {
+		a.Blocks = st.bblocks
+		return a
+	}
+	size := st.rec.Size
+	roundPage := func(n int64) int64 { return (n + pageSize - 1) / pageSize * pageSize }
+	if size <= v.bs || v.ensureBlocks(st) != nil {
+		a.Blocks = roundPage(size) / 512
+		return a
+	}
+	if st.allocKnown {
+		a.Blocks = st.allocBlocks
+		return a
+	}
+	// pages counts the data pages of ref that lie inside the file.
+	pages := func(blk uint64, ref *blockRef) int64 {
+		live := min(v.bs, size-int64(blk)*v.bs)
+		var n int64
+		for p := int64(0); p*pageSize < live && int(p) < len(ref.CRCs); p++ {
+			if (ref.dirty != nil && ref.dirty[p]) || ref.CRCs[p] != zeroPageCRC {
+				n++
+			}
+		}
+		return n * pageSize
+	}
+	floor := int64(-1)
+	if st.inActive && st.rec.Floor >= 0 {
+		floor = st.rec.Floor
+	}
+	// shown: a block of a frozen layer or the base is not hidden by the
+	// active layer's truncation floor.
+	shown := func(blk uint64) bool { return floor < 0 || int64(blk)*v.bs < floor }
+	var bytes int64
+	for blk, ref := range st.active {
+		bytes += pages(blk, ref)
+	}
+	for blk, fr := range st.frozen {
+		if _, ok := st.active[blk]; !ok && shown(blk) {
+			bytes += pages(blk, &fr.ref)
+		}
+	}
+	if st.rec.HasOrigin && st.baseLimit > 0 {
+		end := min(st.baseLimit, size)
+		if floor >= 0 {
+			end = min(end, floor)
+		}
+		// The base's blocks below end, less those a layer replaced.
+		nb := uint64((end + v.bs - 1) / v.bs)
+		bytes += roundPage(min(int64(nb)*v.bs, size))
+		replaced := func(blk uint64) {
+			if blk < nb {
+				bytes -= roundPage(min(v.bs, size-int64(blk)*v.bs))
+			}
+		}
+		for blk := range st.active {
+			replaced(blk)
+		}
+		for blk := range st.frozen {
+			if _, ok := st.active[blk]; !ok {
+				replaced(blk)
+			}
+		}
+	}
+	a.Blocks = max(0, bytes) / 512
+	st.allocBlocks, st.allocKnown = a.Blocks, true
+	return a
 }
 
 func (st *inodeState) attr() Attr {
