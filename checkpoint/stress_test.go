@@ -426,9 +426,9 @@ func describeStress(e stressEntry) string {
 }
 
 // rebuild makes root hold exactly the tree (which must have been read with
-// its data): the replica goes back to a checkpoint's state. Without links,
-// names that share an inode get copies instead.
-func (tr *stressTree) rebuild(root string, links bool) error {
+// its data): the replica goes back to a checkpoint's state. Names that
+// share an inode are linked again.
+func (tr *stressTree) rebuild(root string) error {
 	if err := os.RemoveAll(root); err != nil {
 		return err
 	}
@@ -442,7 +442,7 @@ func (tr *stressTree) rebuild(root string, links bool) error {
 			}
 			dirs = append(dirs, rel)
 		case unix.S_IFLNK:
-			if links && e.Group != "" && e.Group != rel {
+			if e.Group != "" && e.Group != rel {
 				if err := os.Link(filepath.Join(root, e.Group), p); err != nil {
 					return err
 				}
@@ -452,7 +452,7 @@ func (tr *stressTree) rebuild(root string, links bool) error {
 				return err
 			}
 		case unix.S_IFREG:
-			if links && e.Group != "" && e.Group != rel {
+			if e.Group != "" && e.Group != rel {
 				if err := os.Link(filepath.Join(root, e.Group), p); err != nil {
 					return err
 				}
@@ -558,7 +558,6 @@ func startStressWorker(t *testing.T, i int, mnt, ref string, seed int64) *stress
 type stressCounts struct {
 	ops, barriers, compares, checkpoints, concCheckpoints, rollbacks, restores int
 	remounts, prunes, pruned, gcLayers, verifies, diffs, maxStack, sessions    int
-	diffBug                                                                    int
 	okOps, runOps                                                              map[string]int
 }
 
@@ -685,10 +684,6 @@ func TestStressRandomOpsCheckpointsRollbacks(t *testing.T) {
 			}
 			a, b := cpIDs[rand.Intn(len(cpIDs))], cpIDs[rand.Intn(len(cpIDs))]
 			d, err := l.mgr.DiffCheckpoints(a, b)
-			if knownDiffBug(err) {
-				c.diffBug++
-				return
-			}
 			if err != nil {
 				t.Fatalf("concurrent diff %s %s: %v", a, b, err)
 			}
@@ -765,17 +760,15 @@ func TestStressRandomOpsCheckpointsRollbacks(t *testing.T) {
 			}
 			baseGen++
 			l.base = filepath.Join(filepath.Dir(ref), fmt.Sprintf("base%d", baseGen))
-			// Without hard links: a base file with two names fingerprints
-			// differently by the name it is reached through, and verify
-			// then fails (docs/reliability.md, known problems). The
-			// replica becomes the same copy.
-			if err := now.rebuild(l.base, false); err != nil {
+			// Hard links stay: a base file with two names fingerprints
+			// by its inode, whichever name reaches it.
+			if err := now.rebuild(l.base); err != nil {
 				t.Fatalf("make the next base: %v", err)
 			}
 			if now, err = readStressTree(l.base, true); err != nil {
 				t.Fatal(err)
 			}
-			if err := now.rebuild(ref, true); err != nil {
+			if err := now.rebuild(ref); err != nil {
 				t.Fatalf("rebuild the replica: %v", err)
 			}
 			if _, err := l.store.CreateSandbox("s", l.base, 0); err != nil {
@@ -795,7 +788,7 @@ func TestStressRandomOpsCheckpointsRollbacks(t *testing.T) {
 			}
 			c.rollbacks++
 			archives[res.Archive], arIDs = left, append(arIDs, res.Archive)
-			if err := cps[id].rebuild(ref, true); err != nil {
+			if err := cps[id].rebuild(ref); err != nil {
 				t.Fatalf("rebuild the replica: %v", err)
 			}
 			expect(cps[id], fmt.Sprintf("epoch %d: after rollback to %s", epoch, id))
@@ -809,7 +802,7 @@ func TestStressRandomOpsCheckpointsRollbacks(t *testing.T) {
 			c.restores++
 			want := archives[id]
 			archives[res.Archive], arIDs = left, append(arIDs, res.Archive)
-			if err := want.rebuild(ref, true); err != nil {
+			if err := want.rebuild(ref); err != nil {
 				t.Fatalf("rebuild the replica: %v", err)
 			}
 			expect(want, fmt.Sprintf("epoch %d: after restoring archive %s", epoch, id))
@@ -830,9 +823,7 @@ func TestStressRandomOpsCheckpointsRollbacks(t *testing.T) {
 			c.checkpoints++
 			cps[cp.ID], cpIDs = now, append(cpIDs, cp.ID)
 			// Nothing changed since: the live state diffs empty.
-			if d, err := l.mgr.DiffCheckpoints(cp.ID, ""); knownDiffBug(err) {
-				c.diffBug++
-			} else if err != nil || len(d.Added)+len(d.Modified)+len(d.Deleted) > 0 {
+			if d, err := l.mgr.DiffCheckpoints(cp.ID, ""); err != nil || len(d.Added)+len(d.Modified)+len(d.Deleted) > 0 {
 				t.Fatalf("epoch %d: diff of a new checkpoint against the live state: %+v %v", epoch, d, err)
 			}
 			c.diffs++
@@ -896,17 +887,8 @@ func TestStressRandomOpsCheckpointsRollbacks(t *testing.T) {
 	sort.Strings(kinds)
 	t.Logf("%d operations (%d succeeded, the rest failed alike on both sides) in %v (%.0f/s) by %d processes; succeeded/run by kind: %s",
 		c.ops, okTotal, took.Round(time.Millisecond), float64(c.ops)/took.Seconds(), workers, strings.Join(kinds, ", "))
-	t.Logf("%d barriers, %d tree comparisons, %d sandboxes in turn; checkpoints: %d at barriers, %d concurrent; %d rollbacks, %d archive restores, %d remounts; %d prunes removed %d checkpoints, gc removed %d layers; %d verifies, %d diffs (%d failed on the known path bug); deepest stack %d layers; fsck: %d layers, %d blocks, 0 problems",
-		c.barriers, c.compares, c.sessions+1, c.checkpoints, c.concCheckpoints, c.rollbacks, c.restores, c.remounts, c.prunes, c.pruned, c.gcLayers, c.verifies, c.diffs, c.diffBug, c.maxStack, rep.Layers, rep.Blocks)
-}
-
-// knownDiffBug reports whether err is the known failure of a diff whose
-// states hold a file that kept a name after the directory of its last new
-// name went (link a/f b/g, rm b/g, rmdir b): the file's recorded parent is
-// gone and its path cannot be found. docs/reliability.md lists it; the
-// test counts these instead of failing, and fails on any other error.
-func knownDiffBug(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "path of inode") && errors.Is(err, layers.ErrNotFound)
+	t.Logf("%d barriers, %d tree comparisons, %d sandboxes in turn; checkpoints: %d at barriers, %d concurrent; %d rollbacks, %d archive restores, %d remounts; %d prunes removed %d checkpoints, gc removed %d layers; %d verifies, %d diffs; deepest stack %d layers; fsck: %d layers, %d blocks, 0 problems",
+		c.barriers, c.compares, c.sessions+1, c.checkpoints, c.concCheckpoints, c.rollbacks, c.restores, c.remounts, c.prunes, c.pruned, c.gcLayers, c.verifies, c.diffs, c.maxStack, rep.Layers, rep.Blocks)
 }
 
 // keptIDs is ids without those the model no longer keeps, in order.
