@@ -11,8 +11,8 @@ import (
 // inode the kernel knows. go-fuse keeps one inode per number: when two
 // lookups of one number race, it keeps the first and discards the other,
 // which stays here (never forgotten, as the kernel never knew it) and gets
-// notifications the kernel ignores. Link hands go-fuse the inode it
-// already has, so only such races leave one behind.
+// notifications the kernel ignores. Lookups and links hand go-fuse the
+// inode it already has (live), so only such races leave one behind.
 type inodeIndex struct {
 	mu sync.Mutex
 	m  map[uint64][]*gofs.Inode
@@ -51,9 +51,38 @@ func (x *inodeIndex) remove(ino uint64, in *gofs.Inode) {
 	}
 }
 
+// live returns the inode of id that go-fuse holds for the kernel, if one
+// is indexed.
+func (x *inodeIndex) live(id gofs.StableAttr) *gofs.Inode {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, in := range x.m[id.Ino] {
+		// Forgotten is what tells a registered inode from one go-fuse
+		// discarded or the kernel let go; NodeOnForgetter, its
+		// replacement, is never called for a discarded one.
+		//lint:ignore SA1019 see above
+		if in.StableAttr() == id && !in.Forgotten() {
+			return in
+		}
+	}
+	return nil
+}
+
 // known returns the inodes of ino the kernel may hold.
 func (x *inodeIndex) known(ino uint64) []*gofs.Inode {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return append([]*gofs.Inode(nil), x.m[ino]...)
+}
+
+// mostPerNumber is the largest number of inodes indexed for one inode
+// number: more than one means go-fuse discarded some (for tests).
+func (x *inodeIndex) mostPerNumber() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	most := 0
+	for _, l := range x.m {
+		most = max(most, len(l))
+	}
+	return most
 }

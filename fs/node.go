@@ -69,7 +69,14 @@ func fillAttr(out *fuse.Attr, a layers.Attr, blksize uint32) {
 
 func (n *node) child(ctx context.Context, a layers.Attr, out *fuse.EntryOut) *gofs.Inode {
 	fillAttr(&out.Attr, a, n.m.blksize)
-	ch := n.NewInode(ctx, &node{m: n.m}, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	id := gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino}
+	// An inode go-fuse has already (a name looked up again after a
+	// rollback, another name of a file) is the one it would keep: a new
+	// one would be discarded and stay in the index for good.
+	if in := n.m.index.live(id); in != nil {
+		return in
+	}
+	ch := n.NewInode(ctx, &node{m: n.m}, id)
 	n.m.index.add(a.Ino, ch)
 	return ch
 }
