@@ -81,7 +81,14 @@ func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, ext
 	}
 	// A mounted sandbox tells what changed from its layers' deltas as it
 	// moves (ch); otherwise the two states are compared afterwards.
-	_, ch, err := m.store.RepointDiff(sandbox, parent, func(tx *layers.Txn, left, joined []string, next string) error {
+	// The kernel's caches are dropped as soon as a live view shows the
+	// new state, while the move's metadata syncs (moved).
+	invalidated := false
+	moved := func(t *layers.Touched) {
+		invalidated = true
+		m.invalidateTouched(sandbox, t)
+	}
+	_, ch, err := m.store.RepointDiffMoved(sandbox, parent, func(tx *layers.Txn, left, joined []string, next string) error {
 		ar.Layers = left
 		if len(left) > 0 {
 			ar.Top = left[0]
@@ -124,11 +131,19 @@ func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, ext
 			return extra(tx, ar.ID)
 		}
 		return nil
-	})
+	}, moved)
+	if !invalidated {
+		// No live view here: a mount this process serves, if any, still
+		// caches the old state (and so does one that failed to switch).
+		var t *layers.Touched
+		if ch != nil {
+			t = ch.Touched
+		}
+		m.invalidateTouched(sandbox, t)
+	}
 	if err != nil {
 		return RollbackResult{}, fmt.Errorf("rollback %s: %w", sandbox, err)
 	}
-	m.invalidate(sandbox, ch)
 	millis := float64(time.Since(start).Microseconds()) / 1000
 	res := RollbackResult{Sandbox: sandbox, Checkpoint: toCheckpoint, Archive: ar.ID, Millis: millis, ChangedPaths: []string{}}
 	if ar.Top == "" {
@@ -147,14 +162,14 @@ func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, ext
 	return res, nil
 }
 
-// invalidate drops the kernel's caches of sandbox's live mount after a
-// move that told what it changed (ch, may be nil).
-func (m *Manager) invalidate(sandbox string, ch *layers.Changes) {
+// invalidateTouched drops the kernel's caches of sandbox's live mount
+// after a move that told what it touched (t; nil: everything).
+func (m *Manager) invalidateTouched(sandbox string, t *layers.Touched) {
 	if m.inval == nil {
 		return
 	}
-	if ti, ok := m.inval.(TouchedInvalidator); ok && ch != nil && ch.Touched != nil {
-		ti.InvalidateTouched(sandbox, *ch.Touched)
+	if ti, ok := m.inval.(TouchedInvalidator); ok && t != nil {
+		ti.InvalidateTouched(sandbox, *t)
 		return
 	}
 	m.inval.Invalidate(sandbox)

@@ -276,7 +276,7 @@ type RepointFunc func(tx *Txn, left, joined []string, next string) error
 // process switches to the new stack before Repoint returns; the caller then
 // tells the kernel (fs.Mount.Invalidate).
 func (s *Store) Repoint(name, parent string, fn RepointFunc) (next string, err error) {
-	next, _, err = s.repoint(name, parent, fn, false)
+	next, _, err = s.repoint(name, parent, fn, false, nil)
 	return next, err
 }
 
@@ -287,15 +287,38 @@ func (s *Store) Repoint(name, parent string, fn RepointFunc) (next string, err e
 // and from the view's caches, not by reading both trees; otherwise ch is
 // nil and the caller compares.
 func (s *Store) RepointDiff(name, parent string, fn RepointFunc) (next string, ch *Changes, err error) {
-	return s.repoint(name, parent, fn, true)
+	return s.repoint(name, parent, fn, true, nil)
 }
 
-func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool) (next string, ch *Changes, err error) {
+// MovedFunc is told, once a live view shows the state a repoint moves to,
+// what the move touched (nil when that is not known): the caller drops
+// the kernel's caches of the mount with it (fs.Mount.InvalidateTouched).
+type MovedFunc func(t *Touched)
+
+// RepointDiffMoved is RepointDiff that runs moved, in its own goroutine,
+// as soon as a live view shows the new state: while the view finishes the
+// list of changes and the move's metadata syncs. It returns once moved has
+// returned, and only after it let go of the view's locks, so moved may
+// wait for requests to the mount (a kernel cache drop can). Without a live
+// view moved is not called.
+func (s *Store) RepointDiffMoved(name, parent string, fn RepointFunc, moved MovedFunc) (next string, ch *Changes, err error) {
+	return s.repoint(name, parent, fn, true, moved)
+}
+
+func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, moved MovedFunc) (next string, ch *Changes, err error) {
 	s.mu.Lock()
 	v := s.views[name]
 	s.mu.Unlock()
 	tx := &Txn{s: s}
 	var rd *repointDiff
+	// Registered before the release below, so it runs after it: moved may
+	// wait on requests that need the view.
+	var movedDone chan struct{}
+	defer func() {
+		if movedDone != nil {
+			<-movedDone
+		}
+	}()
 	if v != nil {
 		defer v.release()
 		err := v.quiesce(func() {
@@ -398,6 +421,17 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool) (nex
 		err = v.restackLocked(stack, changed)
 		v.pre.complete = true // next is empty
 		v.epoch++
+		if moved != nil && err == nil {
+			var t *Touched
+			if rd != nil {
+				t = rd.changed.touched()
+			}
+			movedDone = make(chan struct{})
+			go func() {
+				defer close(movedDone)
+				moved(t)
+			}()
+		}
 		if rd != nil && err == nil {
 			// A diff that cannot be finished is left to the caller.
 			ch, _ = rd.finishLocked(v)

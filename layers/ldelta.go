@@ -779,15 +779,20 @@ func (rd *repointDiff) finishLocked(v *View) (*Changes, error) {
 		}
 	}
 	sortChanges(&rd.ch)
-	t := &Touched{Inodes: make([]uint64, 0, len(rd.changed.inodes)), Dirs: make([]uint64, 0, len(rd.changed.dirs))}
-	for ino := range rd.changed.inodes {
+	rd.ch.Touched = rd.changed.touched()
+	return &rd.ch, nil
+}
+
+// touched lists the keys as Changes.Touched does.
+func (c *changedKeys) touched() *Touched {
+	t := &Touched{Inodes: make([]uint64, 0, len(c.inodes)), Dirs: make([]uint64, 0, len(c.dirs))}
+	for ino := range c.inodes {
 		t.Inodes = append(t.Inodes, ino)
 	}
-	for ino := range rd.changed.dirs {
+	for ino := range c.dirs {
 		t.Dirs = append(t.Dirs, ino)
 	}
-	rd.ch.Touched = t
-	return &rd.ch, nil
+	return t
 }
 
 func sortChanges(ch *Changes) {
