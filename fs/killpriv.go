@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -23,27 +24,41 @@ import (
 // fuse.Context.
 type killprivFS struct {
 	fuse.RawFileSystem
-	kills sync.Map // cancel channel of a write that must drop privileges
+	kills   sync.Map     // cancel channel of a write that must drop privileges
+	pending atomic.Int32 // entries in kills: most writes (root's) look no further
 }
 
 func (k *killprivFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
-		k.kills.Store(cancel, struct{}{})
-		defer k.kills.Delete(cancel)
+		k.mark(cancel)
+		defer k.unmark(cancel)
 	}
 	return k.RawFileSystem.Write(cancel, in, data)
 }
 
 func (k *killprivFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
 	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
-		k.kills.Store(cancel, struct{}{})
-		defer k.kills.Delete(cancel)
+		k.mark(cancel)
+		defer k.unmark(cancel)
 	}
 	return k.RawFileSystem.Writev(cancel, in, data)
 }
 
+func (k *killprivFS) mark(cancel <-chan struct{}) {
+	k.pending.Add(1)
+	k.kills.Store(cancel, struct{}{})
+}
+
+func (k *killprivFS) unmark(cancel <-chan struct{}) {
+	k.kills.Delete(cancel)
+	k.pending.Add(-1)
+}
+
 // mustKill tells whether the write request of ctx must drop privileges.
 func (k *killprivFS) mustKill(ctx context.Context) bool {
+	if k.pending.Load() == 0 {
+		return false
+	}
 	fc, ok := ctx.(*fuse.Context)
 	if !ok || fc.Cancel == nil {
 		return false
