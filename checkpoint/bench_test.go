@@ -93,3 +93,65 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkRollbackDeepStack measures, through the Go API on a live view,
+// a rollback to the previous checkpoint when the sandbox's stack is deep
+// (agents checkpoint before every step): each round edits 10 files,
+// checkpoints and rolls back to the checkpoint before. Run:
+//
+//	go test -run '^$' -bench RollbackDeepStack ./checkpoint
+func BenchmarkRollbackDeepStack(b *testing.B) {
+	for _, depth := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			dir := b.TempDir()
+			base := filepath.Join(dir, "base")
+			for i := 0; i < 1000; i++ {
+				p := filepath.Join(base, fmt.Sprintf("d%02d/f%04d", i%50, i))
+				os.MkdirAll(filepath.Dir(p), 0o755)
+				os.WriteFile(p, []byte("x"), 0o644)
+			}
+			st, err := layers.Open(filepath.Join(dir, "store"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			st.CreateSandbox("s", base, 0)
+			v, err := st.OpenView("s", false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer v.Close()
+			m := New(st, nil)
+			dirs, _ := v.ReadDir(layers.RootIno)
+			round := 0
+			step := func() Checkpoint {
+				for k := 0; k < 10; k++ {
+					d := dirs[(round+k)%len(dirs)]
+					ents, _ := v.ReadDir(d.Ino)
+					v.WriteAt(ents[(round*3+k)%len(ents)].Ino, []byte(fmt.Sprint(round)), 0, false)
+				}
+				round++
+				cp, err := m.Create("s", Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return cp
+			}
+			var prev Checkpoint
+			for i := 0; i < depth; i++ {
+				prev = step()
+			}
+			var rbs []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				step()
+				t0 := time.Now()
+				if _, err := m.Rollback("s", prev.ID); err != nil {
+					b.Fatal(err)
+				}
+				rbs = append(rbs, time.Since(t0))
+			}
+			b.ReportMetric(ms(quantile(rbs, 0.5)), "rollback-p50-ms")
+		})
+	}
+}

@@ -340,55 +340,58 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 	next = NewID()
 	var stack, left []string
 	err = s.update(func(txn *badger.Txn) error {
-		old, err := stackOf(txn, name)
+		var info SandboxInfo
+		if err := getJSON(txn, keySandbox(name), &info); err != nil {
+			return fmt.Errorf("sandbox %s: %w", name, err)
+		}
+		// Each layer record is read once: a rollback's cost grows with
+		// the depth of the stack, so the target's chain is the old
+		// stack's tail when it lies on it (a rollback), read only
+		// otherwise (a restore).
+		old, err := chainInfos(txn, info.Head)
 		if err != nil {
 			return err
 		}
-		var pl LayerInfo
-		if err := getJSON(txn, keyLayer(parent), &pl); err != nil {
-			return fmt.Errorf("layer %s: %w", parent, err)
+		var newInfos []LayerInfo
+		for i, l := range old {
+			if l.ID == parent {
+				newInfos = old[i:]
+				break
+			}
 		}
-		if pl.State == StateActive {
+		if newInfos == nil {
+			if newInfos, err = chainInfos(txn, parent); err != nil {
+				return err
+			}
+		}
+		if newInfos[0].State == StateActive {
 			return fmt.Errorf("layer %s is the active layer: %w", parent, ErrInvalid)
 		}
-		newChain, err := chainOf(txn, parent)
-		if err != nil {
-			return err
-		}
+		newChain := layerIDs(newInfos)
 		in := map[string]bool{}
 		for _, id := range newChain {
 			in[id] = true
 		}
-		was := map[string]bool{}
 		var leaving, joined []string
-		for _, id := range old {
-			was[id] = true
-			if in[id] {
+		for _, l := range old {
+			if in[l.ID] {
 				continue
 			}
-			leaving = append(leaving, id)
-			if err := setLayerState(txn, id, StateArchived); err != nil {
+			leaving = append(leaving, l.ID)
+			if err := setLayerState(txn, l.ID, StateArchived); err != nil {
 				return err
 			}
 		}
-		for _, id := range newChain {
-			var l LayerInfo
-			if err := getJSON(txn, keyLayer(id), &l); err != nil {
-				return err
-			}
+		for _, l := range newInfos {
 			if l.State == StateArchived {
-				joined = append(joined, id)
-				if err := setLayerState(txn, id, StateFrozen); err != nil {
+				joined = append(joined, l.ID)
+				if err := setLayerState(txn, l.ID, StateFrozen); err != nil {
 					return err
 				}
 			}
 		}
 		nl := LayerInfo{ID: next, Sandbox: name, Parent: parent, State: StateActive, Created: time.Now().UTC()}
 		if err := putJSON(txn, keyLayer(next), nl); err != nil {
-			return err
-		}
-		var info SandboxInfo
-		if err := getJSON(txn, keySandbox(name), &info); err != nil {
 			return err
 		}
 		info.Head = next

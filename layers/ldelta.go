@@ -536,16 +536,27 @@ type repointDiff struct {
 // the old state come from the view; a path in the new state is the old
 // one when nothing on its way up is named differently there.
 func (v *View) diffLocked(to string, dA *LayerDelta) (*repointDiff, error) {
-	var newChain []string
-	err := v.s.view(func(txn *badger.Txn) error {
-		var err error
-		newChain, err = chainOf(txn, to)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
 	oldStack := v.stack
+	// A rollback's target lies on the view's stack: its chain is the
+	// stack's tail, with no layer record read.
+	var newChain []string
+	var err error
+	for i, l := range oldStack {
+		if l == to {
+			newChain = oldStack[i:]
+			break
+		}
+	}
+	if newChain == nil {
+		err = v.s.view(func(txn *badger.Txn) error {
+			var err error
+			newChain, err = chainOf(txn, to)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	inNew, inOld := map[string]bool{}, map[string]bool{}
 	for _, l := range newChain {
 		inNew[l] = true

@@ -389,7 +389,16 @@ func stackOf(txn *badger.Txn, name string) ([]string, error) {
 }
 
 func chainOf(txn *badger.Txn, top string) ([]string, error) {
-	var stack []string
+	infos, err := chainInfos(txn, top)
+	if err != nil {
+		return nil, err
+	}
+	return layerIDs(infos), nil
+}
+
+// chainInfos is chainOf with the records of the layers, top first.
+func chainInfos(txn *badger.Txn, top string) ([]LayerInfo, error) {
+	var stack []LayerInfo
 	seen := map[string]bool{}
 	for id := top; id != ""; {
 		if seen[id] {
@@ -400,10 +409,18 @@ func chainOf(txn *badger.Txn, top string) ([]string, error) {
 		if err := getJSON(txn, keyLayer(id), &l); err != nil {
 			return nil, fmt.Errorf("layer %s: %w", id, err)
 		}
-		stack = append(stack, id)
+		stack = append(stack, l)
 		id = l.Parent
 	}
 	return stack, nil
+}
+
+func layerIDs(infos []LayerInfo) []string {
+	ids := make([]string, len(infos))
+	for i, l := range infos {
+		ids[i] = l.ID
+	}
+	return ids
 }
 
 // RemoveSandbox deletes a sandbox's record; CollectGarbage then removes the
