@@ -113,6 +113,41 @@ type LayerDelta struct {
 	// names says where each inode of Inodes is named below the layer and
 	// with it, for turning inodes into paths.
 	names map[uint64][2]naming
+
+	// The inodes and directories the layer records, built once on first
+	// use (holds): a view looking a key up in a deep stack skips the
+	// layers that do not hold it instead of asking the store.
+	setsOnce sync.Once
+	inoSet   map[uint64]struct{}
+	dirSet   map[uint64]struct{}
+}
+
+func (d *LayerDelta) buildSets() {
+	d.setsOnce.Do(func() {
+		d.inoSet = make(map[uint64]struct{}, len(d.Inodes))
+		for _, c := range d.Inodes {
+			d.inoSet[c.Ino] = struct{}{}
+		}
+		d.dirSet = map[uint64]struct{}{}
+		for _, c := range d.Entries {
+			d.dirSet[c.Dir] = struct{}{}
+		}
+	})
+}
+
+// holdsInode tells whether the layer has a record of inode ino (its
+// attributes, and with them any of its blocks).
+func (d *LayerDelta) holdsInode(ino uint64) bool {
+	d.buildSets()
+	_, ok := d.inoSet[ino]
+	return ok
+}
+
+// holdsDir tells whether the layer has entries of directory dir.
+func (d *LayerDelta) holdsDir(dir uint64) bool {
+	d.buildSets()
+	_, ok := d.dirSet[dir]
+	return ok
 }
 
 // keys are the inodes and directories the layer records.

@@ -788,6 +788,9 @@ func (v *View) getInode(ino uint64) (*inodeState, error) {
 	inActive := false
 	err := v.s.view(func(txn *badger.Txn) error {
 		for i, l := range v.stack {
+			if i > 0 && v.lacks(l, ino, false) {
+				continue
+			}
 			item, err := txn.Get(keyInode(l, ino))
 			if errors.Is(err, badger.ErrKeyNotFound) {
 				continue
@@ -859,6 +862,21 @@ func (v *View) baseRec(origin string) (*Inode, int64, error) {
 	return rec, st.Blocks, nil
 }
 
+// lacks tells whether frozen layer l is known, from its delta, to hold
+// nothing of inode ino (dir: no entries of directory ino). In a deep stack
+// most layers hold nothing of a given key, and asking the store for it in
+// each layer is most of a lookup's cost.
+func (v *View) lacks(l string, ino uint64, dir bool) bool {
+	d := v.s.deltas.get(l)
+	if d == nil {
+		return false
+	}
+	if dir {
+		return !d.holdsDir(ino)
+	}
+	return !d.holdsInode(ino)
+}
+
 func (v *View) getDir(ino uint64) (*dirState, *inodeState, error) {
 	st, err := v.getInode(ino)
 	if err != nil {
@@ -875,6 +893,9 @@ func (v *View) getDir(ino uint64) (*dirState, *inodeState, error) {
 	seenBelow := map[string]bool{}
 	err = v.s.view(func(txn *badger.Txn) error {
 		for i, l := range v.stack {
+			if i > 0 && v.lacks(l, ino, true) {
+				continue
+			}
 			prefix := prefixEntries(l, ino)
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 			for it.Rewind(); it.Valid(); it.Next() {
@@ -941,6 +962,9 @@ func (v *View) ensureBlocks(st *inodeState) error {
 	cut := int64(math.MaxInt64)
 	err := v.s.view(func(txn *badger.Txn) error {
 		for i, l := range v.stack {
+			if i > 0 && v.lacks(l, st.ino, false) {
+				continue
+			}
 			prefix := prefixBlocks(l, st.ino)
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 			for it.Rewind(); it.Valid(); it.Next() {
