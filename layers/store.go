@@ -75,7 +75,8 @@ type Store struct {
 	views  map[string]*View
 	closed bool
 
-	deltas deltaCache // what frozen layers changed (LayerDelta)
+	deltas  deltaCache  // what frozen layers changed (LayerDelta)
+	keySets keySetCache // which keys frozen layers hold (View.lacks)
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)

@@ -788,7 +788,7 @@ func (v *View) getInode(ino uint64) (*inodeState, error) {
 	inActive := false
 	err := v.s.view(func(txn *badger.Txn) error {
 		for i, l := range v.stack {
-			if i > 0 && v.lacks(l, ino, false) {
+			if i > 0 && v.lacks(txn, l, ino, false) {
 				continue
 			}
 			item, err := txn.Get(keyInode(l, ino))
@@ -862,19 +862,32 @@ func (v *View) baseRec(origin string) (*Inode, int64, error) {
 	return rec, st.Blocks, nil
 }
 
-// lacks tells whether frozen layer l is known, from its delta, to hold
-// nothing of inode ino (dir: no entries of directory ino). In a deep stack
-// most layers hold nothing of a given key, and asking the store for it in
-// each layer is most of a lookup's cost.
-func (v *View) lacks(l string, ino uint64, dir bool) bool {
-	d := v.s.deltas.get(l)
-	if d == nil {
-		return false
+// lacks tells whether frozen layer l holds nothing of inode ino (dir: no
+// entries of directory ino), by its delta when the store keeps one, else
+// by its key set, read in txn the first time. In a deep stack most layers
+// hold nothing of a given key, and asking the store for it in each layer
+// is most of a lookup's cost.
+func (v *View) lacks(txn *badger.Txn, l string, ino uint64, dir bool) bool {
+	if d := v.s.deltas.get(l); d != nil {
+		if dir {
+			return !d.holdsDir(ino)
+		}
+		return !d.holdsInode(ino)
 	}
+	ks := v.s.keySets.get(l)
+	if ks == nil {
+		if ks = readKeySet(txn, l); ks == nil {
+			return false
+		}
+		v.s.keySets.put(l, ks)
+	}
+	var ok bool
 	if dir {
-		return !d.holdsDir(ino)
+		_, ok = ks.dirs[ino]
+	} else {
+		_, ok = ks.inodes[ino]
 	}
-	return !d.holdsInode(ino)
+	return !ok
 }
 
 func (v *View) getDir(ino uint64) (*dirState, *inodeState, error) {
@@ -893,7 +906,7 @@ func (v *View) getDir(ino uint64) (*dirState, *inodeState, error) {
 	seenBelow := map[string]bool{}
 	err = v.s.view(func(txn *badger.Txn) error {
 		for i, l := range v.stack {
-			if i > 0 && v.lacks(l, ino, true) {
+			if i > 0 && v.lacks(txn, l, ino, true) {
 				continue
 			}
 			prefix := prefixEntries(l, ino)
@@ -962,7 +975,7 @@ func (v *View) ensureBlocks(st *inodeState) error {
 	cut := int64(math.MaxInt64)
 	err := v.s.view(func(txn *badger.Txn) error {
 		for i, l := range v.stack {
-			if i > 0 && v.lacks(l, st.ino, false) {
+			if i > 0 && v.lacks(txn, l, st.ino, false) {
 				continue
 			}
 			prefix := prefixBlocks(l, st.ino)
