@@ -26,23 +26,10 @@ import (
 func BenchmarkCheckpointRollback(b *testing.B) {
 	for _, n := range []int{1000, 50000} {
 		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) {
-			dir := b.TempDir()
-			base := filepath.Join(dir, "base")
-			for i := 0; i < n; i++ {
-				p := filepath.Join(base, fmt.Sprintf("d%03d/f%05d.go", i%100, i))
-				os.MkdirAll(filepath.Dir(p), 0o755)
-				os.WriteFile(p, []byte(fmt.Sprintf("package p // %d\n", i)), 0o644)
-			}
-			st, err := layers.Open(filepath.Join(dir, "store"))
-			if err != nil {
-				b.Fatal(err)
-			}
+			_, st, v := benchSandbox(b, n, func(i int) (string, string) {
+				return fmt.Sprintf("d%03d/f%05d.go", i%100, i), fmt.Sprintf("package p // %d\n", i)
+			})
 			defer st.Close()
-			st.CreateSandbox("s", base, 0)
-			v, err := st.OpenView("s", false)
-			if err != nil {
-				b.Fatal(err)
-			}
 			defer v.Close()
 			m := New(st, nil)
 			// The first checkpoint hashes the whole base once.
@@ -105,48 +92,18 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func BenchmarkRollbackDeepStack(b *testing.B) {
 	for _, depth := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
-			dir := b.TempDir()
-			base := filepath.Join(dir, "base")
-			for i := 0; i < 1000; i++ {
-				p := filepath.Join(base, fmt.Sprintf("d%02d/f%04d", i%50, i))
-				os.MkdirAll(filepath.Dir(p), 0o755)
-				os.WriteFile(p, []byte("x"), 0o644)
-			}
-			st, err := layers.Open(filepath.Join(dir, "store"))
-			if err != nil {
-				b.Fatal(err)
-			}
+			_, st, v := benchSandbox(b, 1000, deepFile)
 			defer st.Close()
-			st.CreateSandbox("s", base, 0)
-			v, err := st.OpenView("s", false)
-			if err != nil {
-				b.Fatal(err)
-			}
 			defer v.Close()
 			m := New(st, nil)
-			dirs, _ := v.ReadDir(layers.RootIno)
-			round := 0
-			step := func() Checkpoint {
-				for k := 0; k < 10; k++ {
-					d := dirs[(round+k)%len(dirs)]
-					ents, _ := v.ReadDir(d.Ino)
-					v.WriteAt(ents[(round*3+k)%len(ents)].Ino, []byte(fmt.Sprint(round)), 0, false)
-				}
-				round++
-				cp, err := m.Create("s", Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				return cp
-			}
 			var prev Checkpoint
 			for i := 0; i < depth; i++ {
-				prev = step()
+				prev = deepStep(b, m, v, i)
 			}
 			var rbs []time.Duration
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				step()
+				deepStep(b, m, v, depth+i)
 				t0 := time.Now()
 				if _, err := m.Rollback("s", prev.ID); err != nil {
 					b.Fatal(err)
@@ -164,34 +121,10 @@ func BenchmarkRollbackDeepStack(b *testing.B) {
 //
 //	go test -run '^$' -bench ReadAfterRestartDeepStack -benchtime 3x ./checkpoint
 func BenchmarkReadAfterRestartDeepStack(b *testing.B) {
-	dir := b.TempDir()
-	base := filepath.Join(dir, "base")
-	for i := 0; i < 1000; i++ {
-		p := filepath.Join(base, fmt.Sprintf("d%02d/f%04d", i%50, i))
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, []byte("x"), 0o644)
-	}
-	storeDir := filepath.Join(dir, "store")
-	st, err := layers.Open(storeDir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	st.CreateSandbox("s", base, 0)
-	v, err := st.OpenView("s", false)
-	if err != nil {
-		b.Fatal(err)
-	}
+	storeDir, st, v := benchSandbox(b, 1000, deepFile)
 	m := New(st, nil)
-	dirs, _ := v.ReadDir(layers.RootIno)
 	for i := 0; i < 800; i++ {
-		for k := 0; k < 10; k++ {
-			d := dirs[(i+k)%len(dirs)]
-			ents, _ := v.ReadDir(d.Ino)
-			v.WriteAt(ents[(i*3+k)%len(ents)].Ino, []byte(fmt.Sprint(i)), 0, false)
-		}
-		if _, err := m.Create("s", Options{}); err != nil {
-			b.Fatal(err)
-		}
+		deepStep(b, m, v, i)
 	}
 	v.Close()
 	st.Close()
@@ -222,4 +155,54 @@ func BenchmarkReadAfterRestartDeepStack(b *testing.B) {
 		st.Close()
 		b.StartTimer()
 	}
+}
+
+// benchSandbox writes n files into a new base directory (file gives each
+// one's path and content), creates sandbox "s" over it in a new store and
+// opens its live view; the caller closes the view and the store.
+func benchSandbox(b *testing.B, n int, file func(i int) (path, content string)) (storeDir string, st *layers.Store, v *layers.View) {
+	b.Helper()
+	dir := b.TempDir()
+	base := filepath.Join(dir, "base")
+	for i := 0; i < n; i++ {
+		rel, content := file(i)
+		p := filepath.Join(base, rel)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(content), 0o644)
+	}
+	storeDir = filepath.Join(dir, "store")
+	st, err := layers.Open(storeDir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := st.CreateSandbox("s", base, 0); err != nil {
+		st.Close()
+		b.Fatal(err)
+	}
+	if v, err = st.OpenView("s", false); err != nil {
+		st.Close()
+		b.Fatal(err)
+	}
+	return storeDir, st, v
+}
+
+// deepFile names the files of the deep-stack benchmarks: 50 directories
+// of 20 one-byte files.
+func deepFile(i int) (string, string) { return fmt.Sprintf("d%02d/f%04d", i%50, i), "x" }
+
+// deepStep is one step of an agent in the deep-stack benchmarks: round
+// edits 10 files, then a checkpoint.
+func deepStep(b *testing.B, m *Manager, v *layers.View, round int) Checkpoint {
+	b.Helper()
+	dirs, _ := v.ReadDir(layers.RootIno)
+	for k := 0; k < 10; k++ {
+		d := dirs[(round+k)%len(dirs)]
+		ents, _ := v.ReadDir(d.Ino)
+		v.WriteAt(ents[(round*3+k)%len(ents)].Ino, []byte(fmt.Sprint(round)), 0, false)
+	}
+	cp, err := m.Create("s", Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cp
 }

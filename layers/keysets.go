@@ -9,59 +9,114 @@ import (
 // keySet is the inodes whose records, and the directories whose entries, a
 // frozen layer holds: what a lookup in a deep stack needs to skip the
 // layer without asking the store for the key. A frozen layer never
-// changes, so the set is read once (the keys only) and kept.
+// changes, so the set is made once (from its delta, or from its keys) and
+// kept.
 type keySet struct {
 	inodes map[uint64]struct{}
 	dirs   map[uint64]struct{}
 }
 
-// keySetCache keeps the key sets of frozen layers, up to a bound of keys
-// in all (the oldest go first).
-type keySetCache struct {
+// holds tells whether the layer has a record of inode ino (its
+// attributes, and with them any of its blocks) or, for dir, entries of
+// directory ino.
+func (ks *keySet) holds(ino uint64, dir bool) bool {
+	var ok bool
+	if dir {
+		_, ok = ks.dirs[ino]
+	} else {
+		_, ok = ks.inodes[ino]
+	}
+	return ok
+}
+
+func (ks *keySet) size() int { return len(ks.inodes) + len(ks.dirs) + 1 }
+
+// layerCache keeps values of frozen and archived layers, which never
+// change, up to a bound of keys in all: the oldest go first, and one
+// larger than the bound is not kept.
+type layerCache[T any] struct {
 	mu    sync.Mutex // protects the fields below
-	m     map[string]*keySet
+	m     map[string]cached[T]
 	order []string
 	keys  int
 }
+
+type cached[T any] struct {
+	v T
+	n int // its keys
+}
+
+func (c *layerCache[T]) get(layer string) (T, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[layer]
+	return e.v, ok
+}
+
+// put keeps v, of n keys, for layer unless it has a value already or n
+// exceeds bound.
+func (c *layerCache[T]) put(layer string, v T, n, bound int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]cached[T]{}
+	}
+	if _, ok := c.m[layer]; ok || n > bound {
+		return
+	}
+	c.m[layer] = cached[T]{v, n}
+	c.order = append(c.order, layer)
+	c.keys += n
+	for c.keys > bound && len(c.order) > 0 {
+		if old, ok := c.m[c.order[0]]; ok {
+			c.keys -= old.n
+			delete(c.m, c.order[0])
+		}
+		c.order = c.order[1:]
+	}
+	if len(c.order) > 2*len(c.m)+64 {
+		// Layers collected (forget) leave their ids behind.
+		kept := c.order[:0]
+		for _, l := range c.order {
+			if _, ok := c.m[l]; ok {
+				kept = append(kept, l)
+			}
+		}
+		c.order = kept
+	}
+}
+
+// forget drops what is kept of layer, which was collected.
+func (c *layerCache[T]) forget(layer string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[layer]; ok {
+		c.keys -= e.n
+		delete(c.m, layer)
+	}
+}
+
+// keySetCache keeps the key sets of frozen layers read from the store.
+type keySetCache struct{ layerCache[*keySet] }
 
 // keySetKeys bounds the keys the cache holds (16 bytes or so each), and
 // so the one layer it reads: a larger layer is read per lookup, as before.
 var keySetKeys = 1 << 20
 
 func (c *keySetCache) get(layer string) *keySet {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[layer]
+	ks, _ := c.layerCache.get(layer)
+	return ks
 }
 
 func (c *keySetCache) put(layer string, ks *keySet) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[string]*keySet{}
-	}
-	if _, ok := c.m[layer]; ok {
-		return
-	}
-	n := len(ks.inodes) + len(ks.dirs) + 1
-	c.m[layer] = ks
-	c.order = append(c.order, layer)
-	c.keys += n
-	for c.keys > keySetKeys && len(c.order) > 1 {
-		old := c.order[0]
-		c.order = c.order[1:]
-		if o := c.m[old]; o != nil {
-			c.keys -= len(o.inodes) + len(o.dirs) + 1
-		}
-		delete(c.m, old)
-	}
+	c.layerCache.put(layer, ks, ks.size(), keySetKeys)
 }
 
 // readKeySet reads the key set of layer l in txn; nil when the layer holds
 // more keys than the cache bound.
 func readKeySet(txn *badger.Txn, l string) *keySet {
 	ks := &keySet{inodes: map[uint64]struct{}{}, dirs: map[uint64]struct{}{}}
-	n := 0
+	n := 1
 	for _, t := range []byte{tInode, tEntry} {
 		prefix := prefixLayerTable(t, l)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})

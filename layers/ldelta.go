@@ -114,40 +114,26 @@ type LayerDelta struct {
 	// with it, for turning inodes into paths.
 	names map[uint64][2]naming
 
-	// The inodes and directories the layer records, built once on first
-	// use (holds): a view looking a key up in a deep stack skips the
+	// The inodes and directories the layer records, made once on first
+	// use (keySet): a view looking a key up in a deep stack skips the
 	// layers that do not hold it instead of asking the store.
 	setsOnce sync.Once
-	inoSet   map[uint64]struct{}
-	dirSet   map[uint64]struct{}
+	sets     *keySet
 }
 
-func (d *LayerDelta) buildSets() {
+// keySet is the key set of the layer.
+func (d *LayerDelta) keySet() *keySet {
 	d.setsOnce.Do(func() {
-		d.inoSet = make(map[uint64]struct{}, len(d.Inodes))
+		ks := &keySet{inodes: make(map[uint64]struct{}, len(d.Inodes)), dirs: map[uint64]struct{}{}}
 		for _, c := range d.Inodes {
-			d.inoSet[c.Ino] = struct{}{}
+			ks.inodes[c.Ino] = struct{}{}
 		}
-		d.dirSet = map[uint64]struct{}{}
 		for _, c := range d.Entries {
-			d.dirSet[c.Dir] = struct{}{}
+			ks.dirs[c.Dir] = struct{}{}
 		}
+		d.sets = ks
 	})
-}
-
-// holdsInode tells whether the layer has a record of inode ino (its
-// attributes, and with them any of its blocks).
-func (d *LayerDelta) holdsInode(ino uint64) bool {
-	d.buildSets()
-	_, ok := d.inoSet[ino]
-	return ok
-}
-
-// holdsDir tells whether the layer has entries of directory dir.
-func (d *LayerDelta) holdsDir(dir uint64) bool {
-	d.buildSets()
-	_, ok := d.dirSet[dir]
-	return ok
+	return d.sets
 }
 
 // keys are the inodes and directories the layer records.
@@ -373,12 +359,7 @@ func (s *Store) computeDelta(sandbox, layer string) (*LayerDelta, error) {
 
 // deltaCache keeps the deltas of frozen and archived layers, which never
 // change, up to a number of keys; the oldest go first.
-type deltaCache struct {
-	mu    sync.Mutex // protects the fields below
-	m     map[string]*LayerDelta
-	order []string
-	keys  int
-}
+type deltaCache struct{ layerCache[*LayerDelta] }
 
 // deltaCacheKeys bounds the entries and inodes the cache holds (a few
 // hundred bytes each).
@@ -387,49 +368,12 @@ const deltaCacheKeys = 1 << 17
 func deltaKeys(d *LayerDelta) int { return len(d.Entries) + len(d.Inodes) + 1 }
 
 func (c *deltaCache) get(layer string) *LayerDelta {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[layer]
+	d, _ := c.layerCache.get(layer)
+	return d
 }
 
 func (c *deltaCache) put(d *LayerDelta) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[string]*LayerDelta{}
-	}
-	if _, ok := c.m[d.Layer]; ok || deltaKeys(d) > deltaCacheKeys {
-		return
-	}
-	c.m[d.Layer] = d
-	c.order = append(c.order, d.Layer)
-	c.keys += deltaKeys(d)
-	for c.keys > deltaCacheKeys && len(c.order) > 0 {
-		if old, ok := c.m[c.order[0]]; ok {
-			c.keys -= deltaKeys(old)
-			delete(c.m, c.order[0])
-		}
-		c.order = c.order[1:]
-	}
-	if len(c.order) > 2*len(c.m)+64 {
-		// Layers collected (forget) leave their ids behind.
-		kept := c.order[:0]
-		for _, l := range c.order {
-			if _, ok := c.m[l]; ok {
-				kept = append(kept, l)
-			}
-		}
-		c.order = kept
-	}
-}
-
-func (c *deltaCache) forget(layer string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d, ok := c.m[layer]; ok {
-		c.keys -= deltaKeys(d)
-		delete(c.m, layer)
-	}
+	c.layerCache.put(d.Layer, d, deltaKeys(d), deltaCacheKeys)
 }
 
 // LayerDelta returns what layer changed against the stack below it (see

@@ -467,6 +467,7 @@ func (s *Store) RemoveSandbox(name string) error {
 // dropLayerData deletes every key of a layer's tables and its data file.
 func (s *Store) dropLayerData(id string) error {
 	s.deltas.forget(id)
+	s.keySets.forget(id)
 	for _, t := range []byte{tInode, tEntry, tBlock} {
 		if err := s.db.DropPrefix(prefixLayerTable(t, id)); err != nil {
 			return err

@@ -868,26 +868,16 @@ func (v *View) baseRec(origin string) (*Inode, int64, error) {
 // hold nothing of a given key, and asking the store for it in each layer
 // is most of a lookup's cost.
 func (v *View) lacks(txn *badger.Txn, l string, ino uint64, dir bool) bool {
+	var ks *keySet
 	if d := v.s.deltas.get(l); d != nil {
-		if dir {
-			return !d.holdsDir(ino)
-		}
-		return !d.holdsInode(ino)
-	}
-	ks := v.s.keySets.get(l)
-	if ks == nil {
+		ks = d.keySet()
+	} else if ks = v.s.keySets.get(l); ks == nil {
 		if ks = readKeySet(txn, l); ks == nil {
 			return false
 		}
 		v.s.keySets.put(l, ks)
 	}
-	var ok bool
-	if dir {
-		_, ok = ks.dirs[ino]
-	} else {
-		_, ok = ks.inodes[ino]
-	}
-	return !ok
+	return !ks.holds(ino, dir)
 }
 
 func (v *View) getDir(ino uint64) (*dirState, *inodeState, error) {
