@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"syscall"
 
@@ -210,24 +211,20 @@ func (s *Store) Fsck() (FsckReport, error) {
 			add(Problem{Kind: "record", Layer: b.layer, Ino: b.ino, Detail: fmt.Sprintf("block %d has %d checksums", b.blk, len(b.ref.CRCs))})
 			continue
 		}
-		buf := make([]byte, bs)
-		if err := readFull(f, buf, int64(b.ref.Slot)*bs); err != nil {
+		page, err := s.checkBlockLive(f, b.layer, b.ino, b.blk, b.ref, bs)
+		switch {
+		case err != nil:
 			add(Problem{Kind: "checksum", Layer: b.layer, Ino: b.ino, Detail: fmt.Sprintf("block %d: %v", b.blk, err)})
-			continue
-		}
-		for p, want := range b.ref.CRCs {
-			if crc32.Checksum(buf[p*pageSize:(p+1)*pageSize], castagnoli) != want {
-				pr := Problem{Kind: "checksum", Layer: b.layer, Ino: b.ino,
-					Detail: fmt.Sprintf("block %d page %d fails its checksum (bytes %d-%d of the file)", b.blk, p, int64(b.blk)*bs+int64(p*pageSize), int64(b.blk)*bs+int64((p+1)*pageSize)-1)}
-				for sb, ps := range paths {
-					if pth, ok := ps[b.ino]; ok && layerIn(sandboxes[sb], layers, b.layer) {
-						pr.Sandbox, pr.Path = sb, pth
-						break
-					}
+		case page >= 0:
+			pr := Problem{Kind: "checksum", Layer: b.layer, Ino: b.ino,
+				Detail: fmt.Sprintf("block %d page %d fails its checksum (bytes %d-%d of the file)", b.blk, page, int64(b.blk)*bs+int64(page*pageSize), int64(b.blk)*bs+int64((page+1)*pageSize)-1)}
+			for sb, ps := range paths {
+				if pth, ok := ps[b.ino]; ok && layerIn(sandboxes[sb], layers, b.layer) {
+					pr.Sandbox, pr.Path = sb, pth
+					break
 				}
-				add(pr)
-				break
 			}
+			add(pr)
 		}
 	}
 	// Data files that belong to no layer.
@@ -239,6 +236,76 @@ func (s *Store) Fsck() (FsckReport, error) {
 		}
 	}
 	return rep, nil
+}
+
+// checkBlockLive checks one block against its checksums and returns the
+// first page that fails, or -1. A live mount keeps writing while fsck
+// runs: a sealed block is never written in place, but its next write
+// moves it to a new slot and, once the move is durable, the old slot is
+// punched. So when the data fails, the block's record is read again
+// after the data was: if it still names the same slot and checksums, the
+// slot was not punched before the read, and the failure is real; if it
+// moved, the new slot is checked; if it is gone, there is nothing to check.
+func (s *Store) checkBlockLive(f *os.File, layer string, ino, blk uint64, ref blockRef, bs int64) (int, error) {
+	buf := make([]byte, bs)
+	for try := 0; ; try++ {
+		if err := readFull(f, buf, int64(ref.Slot)*bs); err != nil {
+			return -1, err
+		}
+		page := failingPage(buf, ref.CRCs)
+		if page < 0 || try == fsckMoves {
+			return page, nil
+		}
+		now, found, err := s.blockRecord(layer, ino, blk)
+		if err != nil {
+			return -1, err
+		}
+		if !found {
+			return -1, nil
+		}
+		if now.Slot == ref.Slot && slices.Equal(now.CRCs, ref.CRCs) {
+			return page, nil
+		}
+		ref = now
+	}
+}
+
+// fsckMoves bounds how often checkBlockLive follows a block that keeps
+// moving under a writer; after that it judges the slot it read last.
+const fsckMoves = 64
+
+// failingPage returns the first page of block whose checksum is not the
+// one in crcs, or -1.
+func failingPage(block []byte, crcs []uint32) int {
+	for p, want := range crcs {
+		if crc32.Checksum(block[p*pageSize:(p+1)*pageSize], castagnoli) != want {
+			return p
+		}
+	}
+	return -1
+}
+
+// blockRecord reads the stored record of one block as it is now.
+func (s *Store) blockRecord(layer string, ino, blk uint64) (blockRef, bool, error) {
+	var ref blockRef
+	found := false
+	err := s.view(func(txn *badger.Txn) error {
+		item, err := txn.Get(keyBlock(layer, ino, blk))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		val, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		ref, err = decodeBlockRef(val)
+		found = err == nil
+		return err
+	})
+	return ref, found, err
 }
 
 func (s *Store) dataDir() string { return path.Dir(s.dataPath("x")) }

@@ -1,9 +1,11 @@
 package layers
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -224,4 +226,127 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// TestFsckFollowsMovedBlocks checks fsck against a live writer: a block
+// whose old slot was punched after a write moved it is checked at its new
+// slot, a block that is gone is not a problem, and damage under a record
+// that did not move still is.
+func TestFsckFollowsMovedBlocks(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	defer v.Close()
+	f := mkfile(t, v, RootIno, "f", strings.Repeat("x", 2*MinBlockSize))
+	ok(t, "sync", v.Sync())
+	info, _ := e.store.Sandbox("sb")
+	act := info.Head
+	data, err := os.Open(e.store.dataPath(act))
+	ok(t, "open data", err)
+	defer data.Close()
+	record := func(blk uint64) blockRef {
+		t.Helper()
+		ref, found, err := e.store.blockRecord(act, f.Ino, blk)
+		ok(t, "block record", err)
+		if !found {
+			t.Fatalf("block %d: no record", blk)
+		}
+		return ref
+	}
+	check := func(what string, blk uint64, ref blockRef, want int) {
+		t.Helper()
+		page, err := e.store.checkBlockLive(data, act, f.Ino, blk, ref, MinBlockSize)
+		ok(t, what, err)
+		if page != want {
+			t.Fatalf("%s: got failing page %d, want %d", what, page, want)
+		}
+	}
+	old0, old1 := record(0), record(1)
+	check("healthy block", 0, old0, -1)
+
+	// The write moves block 0; once durable, its old slot is a hole.
+	_, err = v.WriteAt(f.Ino, []byte("y"), 0, false)
+	ok(t, "write", err)
+	ok(t, "sync", v.Sync())
+	if now := record(0); now.Slot == old0.Slot {
+		t.Fatalf("the write did not move block 0 (slot %d)", now.Slot)
+	}
+	if page := failingPage(make([]byte, MinBlockSize), old0.CRCs); page != 0 {
+		t.Fatalf("the stale record should fail on a punched slot at page 0, got %d", page)
+	}
+	check("moved block", 0, old0, -1)
+
+	// Truncation drops block 1: its stale record describes nothing now.
+	one := int64(1)
+	_, err = v.SetAttr(f.Ino, SetAttrIn{Size: &one})
+	ok(t, "truncate", err)
+	ok(t, "sync", v.Sync())
+	check("dropped block", 1, old1, -1)
+
+	// Damage under a record that stays put is reported.
+	now0 := record(0)
+	bad := make([]byte, 1)
+	_, err = data.ReadAt(bad, int64(now0.Slot)*MinBlockSize)
+	ok(t, "read", err)
+	bad[0] ^= 0xff
+	w, err := os.OpenFile(e.store.dataPath(act), os.O_WRONLY, 0)
+	ok(t, "open for damage", err)
+	_, err = w.WriteAt(bad, int64(now0.Slot)*MinBlockSize)
+	ok(t, "damage", err)
+	ok(t, "close", w.Close())
+	check("damaged block", 0, now0, 0)
+
+	// A record that no longer decodes is an error, not a verdict.
+	corrupt(t, e.store, keyBlock(act, f.Ino, 0), []byte{1})
+	if _, err := e.store.checkBlockLive(data, act, f.Ino, 0, now0, MinBlockSize); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("undecodable record: got %v, want ErrCorrupt", err)
+	}
+	// So is a data file that cannot be read.
+	closed, err := os.Open(e.store.dataPath(act))
+	ok(t, "open", err)
+	closed.Close()
+	if _, err := e.store.checkBlockLive(closed, act, f.Ino, 0, now0, MinBlockSize); err == nil {
+		t.Fatal("read of a closed data file: got no error")
+	}
+}
+
+// TestFsckWhileWriting runs fsck again and again while a writer keeps
+// rewriting and syncing the same blocks, which moves them and punches their
+// old slots under fsck's feet: fsck must find nothing wrong.
+func TestFsckWhileWriting(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	defer v.Close()
+	const blocks = 256
+	f := mkfile(t, v, RootIno, "f", strings.Repeat("x", blocks*MinBlockSize))
+	ok(t, "sync", v.Sync())
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if _, err := v.WriteAt(f.Ino, []byte{byte(i)}, int64(i%blocks)*MinBlockSize+pageSize, false); err != nil {
+				done <- err
+				return
+			}
+			if err := v.Sync(); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	for i, end := 0, time.Now().Add(time.Second); time.Now().Before(end); i++ {
+		rep, err := e.store.Fsck()
+		if err != nil || len(rep.Problems) != 0 {
+			close(stop)
+			<-done
+			t.Fatalf("fsck %d while writing: %v, problems %+v", i, err, rep.Problems)
+		}
+	}
+	close(stop)
+	ok(t, "writer", <-done)
 }

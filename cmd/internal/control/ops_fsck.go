@@ -72,10 +72,11 @@ func (s *Server) syncMounts() error {
 }
 
 // fsckPasses is how many times a served fsck looks before it reports a
-// problem. Live mounts keep writing while it runs: a block's record is
-// read first and its data later, and meanwhile the block may have moved
-// to a new slot and the old slot been reused, which reads as a checksum
-// failure. Damage stays put; such races do not repeat at the same place.
+// problem. Live mounts keep writing while it runs, and fsck walks a
+// sandbox's tree through many store reads: an entry read before a rename
+// or unlink committed may lead to an inode removed by the time it is
+// loaded. (Blocks that move under fsck are followed by layers.Fsck
+// itself.) Damage stays put; such races do not repeat at the same place.
 const fsckPasses = 3
 
 // persistent keeps the problems of before that are also in now.
