@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -82,6 +83,14 @@ type Inode struct {
 	// attributes of the layer below (or the base) apply.
 	Xattrs    map[string][]byte
 	XattrsSet bool
+	// xattrEnc caches the stored form of Xattrs, which encodeInode would
+	// otherwise sort and write out again on every change of the inode (a
+	// write's mtime included), and xattrNames its names in order, from
+	// which a changed set's names follow without a sort. Whoever gives
+	// Xattrs a new map sets or clears both; neither the map nor the
+	// slices are ever changed in place.
+	xattrEnc   []byte
+	xattrNames []string
 	// Parent and Name are the directory and name the inode was last given
 	// (valid when HasParent): they turn an inode back into a path, so that
 	// what a layer changed can be listed by path without walking the tree.
@@ -145,16 +154,39 @@ func encodeInode(n *Inode) []byte {
 		b = appendString(b, n.ParentOrigin)
 	}
 	if n.XattrsSet {
-		names := make([]string, 0, len(n.Xattrs))
-		for k := range n.Xattrs {
-			names = append(names, k)
+		if n.xattrEnc == nil {
+			if n.xattrNames == nil {
+				n.xattrNames = sortedNames(n.Xattrs)
+			}
+			n.xattrEnc = encodeXattrs(n.Xattrs, n.xattrNames)
 		}
-		sort.Strings(names)
-		b = binary.AppendUvarint(b, uint64(len(names)))
-		for _, k := range names {
-			b = appendString(b, k)
-			b = appendString(b, string(n.Xattrs[k]))
-		}
+		b = append(b, n.xattrEnc...)
+	}
+	return b
+}
+
+func sortedNames(xs map[string][]byte) []string {
+	names := make([]string, 0, len(xs))
+	for k := range xs {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// encodeXattrs is the stored form of a set of attributes: a count, then
+// names and values in name order (names: the set's names, sorted), so
+// equal sets encode alike.
+func encodeXattrs(xs map[string][]byte, names []string) []byte {
+	size := binary.MaxVarintLen64
+	for k, v := range xs {
+		size += len(k) + len(v) + 2*binary.MaxVarintLen64
+	}
+	b := make([]byte, 0, size)
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, k := range names {
+		b = appendString(b, k)
+		b = appendString(b, string(xs[k]))
 	}
 	return b
 }
@@ -242,14 +274,24 @@ func decodeInode(b []byte) (*Inode, error) {
 		n.ParentOrigin = d.str()
 	}
 	if n.XattrsSet {
+		start := d.b
 		cnt := d.uvarint()
 		if cnt > uint64(len(d.b)) {
 			return nil, fmt.Errorf("xattr count %d: %w", cnt, ErrCorrupt)
 		}
 		n.Xattrs = make(map[string][]byte, cnt)
+		ordered := true
+		names := make([]string, 0, cnt)
 		for i := uint64(0); i < cnt && d.err == nil; i++ {
 			k := d.str()
 			n.Xattrs[k] = []byte(d.str())
+			ordered = ordered && (i == 0 || k > names[len(names)-1])
+			names = append(names, k)
+		}
+		if d.err == nil && ordered {
+			// Stored in name order, the section is its own encoding.
+			n.xattrEnc = bytes.Clone(start[:len(start)-len(d.b)])
+			n.xattrNames = names
 		}
 	}
 	if d.err != nil {

@@ -3,6 +3,7 @@ package layers
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -790,6 +791,24 @@ func xattrAllowed(name string) bool {
 // MaxXattrValue is the largest value one extended attribute may have.
 const MaxXattrValue = 64 << 10
 
+// MaxXattrSpace bounds what one inode's extended attributes take, names
+// (with their terminating NUL, as listxattr returns them) and values
+// together. The attributes live in the inode's record, which is written
+// again on every change of the inode, so an unbounded set would make each
+// write cost as much as the set; and with the names alone over 64 KiB,
+// listxattr could not return them at all (XATTR_LIST_MAX). Like ext4, a
+// set that would grow past it fails with ENOSPC.
+const MaxXattrSpace = 64 << 10
+
+// xattrSpace is what a set of attributes takes against MaxXattrSpace.
+func xattrSpace(xs map[string][]byte) int {
+	n := 0
+	for k, v := range xs {
+		n += len(k) + 1 + len(v)
+	}
+	return n
+}
+
 func (v *View) xattrsLocked(st *inodeState) (map[string][]byte, error) {
 	if st.rec.XattrsSet {
 		return st.rec.Xattrs, nil
@@ -897,14 +916,38 @@ func (v *View) SetXattr(ino uint64, name string, val []byte, flags uint32) error
 	for k, x := range xs {
 		next[k] = x
 	}
+	var names []string
+	if st.rec.XattrsSet && st.rec.xattrNames != nil {
+		// The names in order follow from the old ones; the slices are
+		// shared with copies of the record, so they are never changed in
+		// place (Clip makes Insert and append copy).
+		old := st.rec.xattrNames
+		i, found := slices.BinarySearch(old, name)
+		switch {
+		case val == nil && found:
+			names = append(slices.Clip(old[:i]), old[i+1:]...)
+		case val != nil && !found:
+			names = slices.Insert(slices.Clip(old), i, name)
+		default:
+			names = old
+		}
+	}
 	if val == nil {
 		delete(next, name)
 	} else {
 		next[name] = append([]byte(nil), val...)
+		if n := xattrSpace(next); n > MaxXattrSpace {
+			return fmt.Errorf("xattr %q: the inode's attributes would take %d bytes, over %d: %w", name, n, MaxXattrSpace, ErrNoSpace)
+		}
 	}
 	v.copyUp(st)
+	if names == nil {
+		names = sortedNames(next)
+	}
 	st.rec.Xattrs = next
 	st.rec.XattrsSet = true
+	st.rec.xattrNames = names
+	st.rec.xattrEnc = nil
 	touch(st, false)
 	b := &batch{v: v}
 	b.putRec(st)

@@ -984,3 +984,40 @@ func TestManyBaseFilesConcurrently(t *testing.T) {
 		t.Fatalf("open base files: got %d, want at most %d", open, maxBaseFiles)
 	}
 }
+
+// TestXattrSpace checks the bound on what one inode's attributes take:
+// a set may fill it exactly, the next byte fails with ErrNoSpace and
+// changes nothing, and shrinking or removing makes room again.
+func TestXattrSpace(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	defer v.Close()
+	f := mkfile(t, v, RootIno, "f", "")
+	full := make([]byte, MaxXattrSpace-len("user.big")-1)
+	steps := []struct {
+		name string
+		attr string
+		val  []byte
+		want error
+	}{
+		{"fill exactly", "user.big", full, nil},
+		{"one more", "user.x", []byte{}, ErrNoSpace},
+		{"grow the value", "user.big", append(full, 'x'), ErrNoSpace},
+		{"shrink the value", "user.big", full[:len(full)-20], nil},
+		{"fits again", "user.x", []byte("123456789012"), nil},
+		{"no longer fits", "user.y", []byte{}, ErrNoSpace},
+		{"remove", "user.big", nil, nil},
+		{"room again", "user.y", []byte("1"), nil},
+	}
+	for _, s := range steps {
+		wantErr(t, s.name, v.SetXattr(f.Ino, s.attr, s.val, 0), s.want)
+	}
+	ls, err := v.ListXattr(f.Ino)
+	ok(t, "list", err)
+	if !sameStrings(ls, []string{"user.x", "user.y"}) {
+		t.Fatalf("after the steps: got %v, want user.x and user.y", ls)
+	}
+	if got, _ := v.GetXattr(f.Ino, "user.x"); string(got) != "123456789012" {
+		t.Fatalf("user.x: got %q, want 123456789012 (a failed set must change nothing)", got)
+	}
+}
