@@ -87,3 +87,46 @@ func BenchmarkStat(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRename measures renaming one file to a new name again and
+// again in the same directory, as stress-ng's rename stressor does.
+func BenchmarkRename(b *testing.B) {
+	mnt, done := benchMount(b)
+	defer done()
+	os.MkdirAll(filepath.Join(mnt, "d"), 0o755)
+	name := func(i int) string { return filepath.Join(mnt, fmt.Sprintf("d/f%d", i)) }
+	if err := os.WriteFile(name(0), []byte("x"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := os.Rename(name(i), name(i+1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkWriteFsync measures a 100-byte write into a 64 KiB file
+// followed by fsync(2), the pattern of databases and editors.
+func BenchmarkWriteFsync(b *testing.B) {
+	mnt, done := benchMount(b)
+	defer done()
+	f, err := os.OpenFile(filepath.Join(mnt, "f"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, 64<<10), 0); err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 100)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := f.WriteAt(buf, int64(i%10)*4096); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -254,6 +254,7 @@ func (v *View) readAt(ino uint64, p []byte, off int64) (int, error) {
 // written into, copying the block up from below unless the write covers
 // every byte of it that matters (covered: [lo, hi) within the block).
 func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi int64) (*blockRef, error) {
+	v.unsynced = true
 	ref, ok := st.active[blk]
 	if ok && !ref.sealed() {
 		return ref, nil
@@ -526,6 +527,7 @@ func (v *View) Zero(ino uint64, off, length int64, keepSize bool) error {
 		if lo == 0 && hi == v.bs {
 			if old, ok := st.active[blk]; ok {
 				v.freed = append(v.freed, old.Slot)
+				v.punchSoon = true // the caller asked for the space back
 			}
 			pages := int(v.bs / pageSize)
 			ref := &blockRef{Slot: v.nextSlot, open: true, dirty: make([]bool, pages), CRCs: make([]uint32, pages)}
@@ -575,6 +577,7 @@ func (v *View) reserveSlotsLocked(f *os.File) error {
 		return mapOSErr(err)
 	}
 	if want := int64(v.nextSlot) * v.bs; fi.Size() < want {
+		v.unsynced = true
 		if err := f.Truncate(want); err != nil {
 			return fmt.Errorf("reserve data slots: %w", mapOSErr(err))
 		}

@@ -250,7 +250,8 @@ func settleBelow(st *inodeState) {
 // durable (ok) and closes the file.
 func (v *View) holdFreedLocked() func(ok bool) {
 	layer := v.activeLayer()
-	f, freed := v.files[layer], v.takeFreedLocked()
+	f, freed, durable := v.files[layer], v.takeFreedLocked(), v.punchable
+	v.punchable = nil
 	delete(v.files, layer)
 	return func(ok bool) {
 		if f == nil {
@@ -259,6 +260,7 @@ func (v *View) holdFreedLocked() func(ok bool) {
 		if ok {
 			v.punchLocked(f, freed)
 		}
+		v.punchLocked(f, durable)
 		f.Close()
 	}
 }

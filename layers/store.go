@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -77,6 +78,14 @@ type Store struct {
 
 	deltas  deltaCache  // what frozen layers changed (LayerDelta)
 	keySets keySetCache // which keys frozen layers hold (View.lacks)
+
+	// commits counts the metadata writes that returned; synced is the
+	// count the last successful Sync covered. A Sync with nothing new to
+	// cover returns at once: badger's Sync flushes its log and value log
+	// whether or not they changed, two device flushes an fsync(2) of an
+	// unchanged file would otherwise pay.
+	commits atomic.Uint64
+	synced  atomic.Uint64
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -137,7 +146,11 @@ func Open(dir string) (*Store, error) {
 			os.Remove(filepath.Join(abs, "spare", e.Name()))
 		}
 	}
-	return &Store{dir: abs, db: db, lockf: lockf, seq: seq, views: map[string]*View{}}, nil
+	st := &Store{dir: abs, db: db, lockf: lockf, seq: seq, views: map[string]*View{}}
+	// What badger replayed from a log a crash left unflushed is not
+	// known to be durable: the first Sync flushes whatever the count says.
+	st.commits.Store(1)
+	return st, nil
 }
 
 // Dir is the store's absolute directory.
@@ -187,6 +200,9 @@ func (s *Store) update(fn func(txn *badger.Txn) error) error {
 			err = txn.Commit()
 		}
 		txn.Discard()
+		if err == nil {
+			s.commits.Add(1)
+		}
 		if errors.Is(err, badger.ErrConflict) && attempt < 10 {
 			continue
 		}
@@ -200,7 +216,23 @@ func (s *Store) view(fn func(txn *badger.Txn) error) error {
 }
 
 // Sync makes every committed metadata change durable.
-func (s *Store) Sync() error { return mapOSErr(s.db.Sync()) }
+func (s *Store) Sync() error {
+	// A write counts once its commit returned, so it is in badger's log
+	// before gen is read and the flush below covers it.
+	gen := s.commits.Load()
+	if s.synced.Load() >= gen {
+		return nil
+	}
+	if err := s.db.Sync(); err != nil {
+		return mapOSErr(err)
+	}
+	for {
+		cur := s.synced.Load()
+		if cur >= gen || s.synced.CompareAndSwap(cur, gen) {
+			return nil
+		}
+	}
+}
 
 // Update runs fn in one read-write transaction of the store's metadata; the
 // packages built on layers (checkpoints, plans) keep their own tables
@@ -469,7 +501,9 @@ func (s *Store) dropLayerData(id string) error {
 	s.deltas.forget(id)
 	s.keySets.forget(id)
 	for _, t := range []byte{tInode, tEntry, tBlock} {
-		if err := s.db.DropPrefix(prefixLayerTable(t, id)); err != nil {
+		err := s.db.DropPrefix(prefixLayerTable(t, id))
+		s.commits.Add(1)
+		if err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -160,6 +161,18 @@ type View struct {
 	files    map[string]*os.File // data file of each layer in the stack
 	nextSlot uint64
 	freed    []uint64 // slots of the active layer no block uses any more
+	// punchable are freed slots of the active layer whose freeing is
+	// durable: the journal loop gives their space back, so an fsync(2)
+	// does not wait for the hole punching.
+	punchable []uint64
+	punchReq  chan struct{}
+	punchSoon bool // a punch-hole freed slots: the next Sync punches them itself
+	// unsynced: the active layer's data file may hold writes that no
+	// fdatasync covered yet. Every write takes its slot from
+	// writableSlotLocked (or grows the file in reserveSlotsLocked) under
+	// mu, so a Sync that clears it under ioMu and mu knows every write
+	// before it has reached the file.
+	unsynced bool
 	pre      *preImages
 	closed   bool
 	snapshot bool // opened by OpenSnapshot: no journal loop, not registered
@@ -215,6 +228,7 @@ func (s *Store) OpenView(name string, readOnly bool) (*View, error) {
 		opens:    map[uint64]int{},
 		kick:     make(chan struct{}, 1),
 		spareReq: make(chan struct{}, 1),
+		punchReq: make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
@@ -326,13 +340,14 @@ func (v *View) restackLocked(stack []string, changed *changedKeys) error {
 		}()
 	}
 	v.baseLRU = lru
-	v.freed = nil
+	v.freed, v.punchable = nil, nil
 	v.stack = stack
 	v.zombies = map[uint64]*inodeState{}
 	v.gone = map[uint64]uint64{}
 	v.dirty = map[uint64]*inodeState{}
 	v.files = map[string]*os.File{}
 	v.nextSlot = 0
+	v.unsynced = true // a new active data file: the next Sync syncs it
 	// Callers that know the new active layer is empty say so (complete).
 	v.pre = newPreImages(false)
 	if len(stack) == 0 {
@@ -373,6 +388,7 @@ func (v *View) Close() error {
 		close(v.stop)
 	}
 	<-v.stopped
+	v.punchPending()
 	v.mu.Lock()
 	v.closed = true
 	if v.spare != "" {
@@ -418,26 +434,15 @@ func (v *View) loop() {
 			v.writeback()
 		case <-v.spareReq:
 			v.makeSpare()
+		case <-v.punchReq:
+			v.punchPending()
 		case <-t.C:
-			// Bound how much written data a crash of this process can lose.
-			v.ioMu.Lock()
-			v.mu.Lock()
-			var freed []uint64
-			var f *os.File
-			if !v.closed {
-				_ = v.sealLocked()
-				freed = v.takeFreedLocked()
-				f = v.files[v.activeLayer()]
-			}
-			v.mu.Unlock()
-			v.ioMu.Unlock()
-			if v.commit() == nil && len(freed) > 0 && v.s.Sync() == nil {
-				v.punch(f, freed)
-			} else if len(freed) > 0 {
-				v.mu.Lock()
-				v.freed = append(v.freed, freed...)
-				v.mu.Unlock()
-			}
+			// Bound how much written data a crash can lose. The blocks'
+			// records may reach the disk only after their data (Sync
+			// orders it): a record naming a slot whose data a power cut
+			// lost would read as damage, not as the older content.
+			_ = v.Sync()
+			v.punchPending()
 		}
 	}
 }
@@ -587,6 +592,9 @@ func (v *View) commitLocked() error {
 			err = txn.Commit()
 		}
 		txn.Discard()
+		if err == nil {
+			v.s.commits.Add(1)
+		}
 		if err != nil {
 			err = mapOSErr(err)
 			v.jmu.Lock()
@@ -623,26 +631,88 @@ func (v *View) Sync() error {
 	err := v.sealLocked()
 	f := v.files[v.activeLayer()]
 	freed := v.takeFreedLocked()
+	dataToSync := v.unsynced
+	if err == nil {
+		v.unsynced = false
+	}
 	v.mu.Unlock()
 	v.ioMu.Unlock()
 	if err != nil {
 		return err
 	}
-	if f != nil {
+	if f != nil && dataToSync {
 		// A freeze or rollback may close f meanwhile (Sync holds no lock
 		// here): fdatasync keeps it open while it syncs.
 		if err := fdatasync(f); err != nil {
+			v.mu.Lock()
+			v.unsynced = true
+			v.mu.Unlock()
+			v.keepFreed(f, freed)
 			return fmt.Errorf("sync data: %w", mapOSErr(err))
 		}
 	}
 	if err := v.commit(); err != nil {
+		v.keepFreed(f, freed)
 		return err
 	}
 	if err := v.s.Sync(); err != nil {
+		v.keepFreed(f, freed)
 		return err
 	}
-	v.punch(f, freed)
+	v.mu.Lock()
+	now := false
+	if len(freed) > 0 && !v.closed && v.files[v.activeLayer()] == f {
+		v.punchable = append(v.punchable, freed...)
+		now, v.punchSoon = v.punchSoon, false
+		if !now && len(v.punchable) >= punchBatch {
+			select {
+			case v.punchReq <- struct{}{}:
+			default:
+			}
+		}
+	}
+	v.mu.Unlock()
+	if now {
+		v.punchPending()
+	}
 	return nil
+}
+
+// punchBatch is how many durably freed slots wait before the journal loop
+// punches them (the 5 s tick punches fewer). A punch is a metadata change
+// of the data file that stops every read and write of the view while it
+// runs; in batches, runs of adjacent slots go in one call.
+const punchBatch = 64
+
+// keepFreed gives slots freed in data file f back to the view after a
+// sync that failed, so a later one punches them; if the view moved to
+// another stack meanwhile, the space stays until the layer is collected.
+func (v *View) keepFreed(f *os.File, freed []uint64) {
+	if len(freed) == 0 {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.closed && v.files[v.activeLayer()] == f {
+		v.freed = append(v.freed, freed...)
+	}
+}
+
+// punchPending punches the slots whose freeing is durable. It holds ioMu,
+// so no reader is in a slot being punched and no freeze or rollback closes
+// the data file meanwhile.
+func (v *View) punchPending() {
+	v.ioMu.Lock()
+	defer v.ioMu.Unlock()
+	v.mu.Lock()
+	slots := v.punchable
+	v.punchable = nil
+	var f *os.File
+	if !v.closed && len(v.stack) > 0 {
+		f = v.files[v.activeLayer()]
+	}
+	v.mu.Unlock()
+	v.punchLocked(f, slots)
 }
 
 // takeFreedLocked hands over the slots freed so far; they may be punched
@@ -653,27 +723,24 @@ func (v *View) takeFreedLocked() []uint64 {
 	return freed
 }
 
-// punch gives the space of freed slots of data file f back to the file
-// system. Readers hold ioMu shared while they read a slot, so none is
-// reading one of these when it turns into a hole.
-func (v *View) punch(f *os.File, slots []uint64) {
-	if f == nil || len(slots) == 0 {
-		return
-	}
-	v.ioMu.Lock()
-	defer v.ioMu.Unlock()
-	v.punchLocked(f, slots)
-}
-
-// punchLocked is punch for a caller that holds ioMu.
+// punchLocked gives the space of freed slots of data file f back to the
+// file system, runs of adjacent slots in one call. The caller holds ioMu,
+// so no reader is in one of these slots when it turns into a hole.
 func (v *View) punchLocked(f *os.File, slots []uint64) {
 	if f == nil {
 		return
 	}
-	for _, slot := range slots {
+	slots = slices.Clone(slots)
+	slices.Sort(slots)
+	for i := 0; i < len(slots); {
+		j := i + 1
+		for j < len(slots) && slots[j] <= slots[j-1]+1 {
+			j++
+		}
 		// Errors are harmless: a file system without hole punching keeps
 		// the space until the layer is collected.
-		_ = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(slot)*v.bs, v.bs)
+		_ = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(slots[i])*v.bs, int64(slots[j-1]-slots[i]+1)*v.bs)
+		i = j
 	}
 }
 
