@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/strata-sandbox/strata/layers"
 )
 
 // ---- helpers ----------------------------------------------------------------
@@ -879,6 +881,9 @@ func TestXattrs(t *testing.T) {
 		buf := make([]byte, 1)
 		_, err = unix.Getxattr(p, "user.two", buf)
 		wantErrno(t, "getxattr small buffer", err, syscall.ERANGE)
+		// An inode's attributes are bounded, as on ext4: past the bound
+		// setxattr fails with ENOSPC and the set stays as it was.
+		wantErrno(t, "setxattr past the bound", unix.Setxattr(p, "user.big", make([]byte, layers.MaxXattrSpace), 0), syscall.ENOSPC)
 	}
 	check := func() {
 		t.Helper()
