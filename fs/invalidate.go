@@ -9,8 +9,8 @@ import (
 
 // Invalidate drops what the kernel caches about this mount: for every
 // inode the kernel knows, its attributes and pages; for every directory it
-// knows, the entries it holds. Negative entries are never cached (see
-// mount.go), so a name that a rollback brings back is found at once. Call
+// knows, the entries it holds, and every missing name it was let cache
+// (negative.go), so a name that a rollback brings back is found at once. Call
 // it after the view was repointed and from outside any FUSE request:
 // notifications issued from inside one can deadlock. It returns the
 // number of notifications sent.
@@ -27,7 +27,7 @@ func (m *Mount) Invalidate() int {
 		seen[n] = true
 		sent += notifyInode(n, func(ch *gofs.Inode) { queue = append(queue, ch) })
 	}
-	return sent
+	return sent + m.dropMissing(m.negs.take(nil, true))
 }
 
 // InvalidateTouched is Invalidate for a repoint that told what it touched
@@ -56,7 +56,9 @@ func (m *Mount) InvalidateTouched(t layers.Touched) int {
 	for _, ino := range t.Inodes {
 		each(ino)
 	}
-	return sent
+	// A name missing before may exist now only in a directory whose
+	// entries changed.
+	return sent + m.dropMissing(m.negs.take(t.Dirs, false))
 }
 
 // notifyInode drops n's attributes and pages and, for a directory, the

@@ -36,14 +36,14 @@ type Mount struct {
 	blksize     uint32
 	passthrough bool
 	index       inodeIndex // the inodes the kernel may hold, by number
+	negs        negatives  // the missing names the kernel may hold
 	raw         *killprivFS
 }
 
 // Timeouts of the kernel's caches. Only this process changes the tree, and
-// a repoint invalidates what the kernel holds, so they can be long.
-// Negative entries are not cached: the kernel does not tell us which ones
-// it holds, so a repoint could not invalidate them, and a failed lookup
-// costs one map access here.
+// a repoint invalidates what the kernel holds, so they can be long. Missing
+// names are cached as long (negative.go), since the mount keeps the list a
+// repoint needs.
 var (
 	entryTimeout = time.Hour
 	attrTimeout  = time.Hour
@@ -78,9 +78,10 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 			// See killpriv.go.
 			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 		},
-		EntryTimeout:   &entryTimeout,
-		AttrTimeout:    &attrTimeout,
-		RootStableAttr: &gofs.StableAttr{Ino: layers.RootIno},
+		EntryTimeout:    &entryTimeout,
+		AttrTimeout:     &attrTimeout,
+		NegativeTimeout: &negativeTimeout,
+		RootStableAttr:  &gofs.StableAttr{Ino: layers.RootIno},
 		// Mode 0 is a real mode (chmod 0); without this go-fuse shows it as 0644.
 		NullPermissions: true,
 	}

@@ -95,9 +95,14 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if len(name) > layers.MaxNameLen {
 		return nil, syscall.ENAMETOOLONG
 	}
+	epoch := n.view().Epoch()
 	a, err := n.view().Lookup(n.ino(), name)
 	if err != nil {
-		return nil, toErrno(err)
+		errno := toErrno(err)
+		if errno == syscall.ENOENT {
+			n.cacheMissing(name, epoch, out)
+		}
+		return nil, errno
 	}
 	return n.child(ctx, a, out), 0
 }
@@ -170,6 +175,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if err != nil {
 		return nil, toErrno(err)
 	}
+	n.m.negs.forget(n.ino(), name)
 	return n.child(ctx, a, out), 0
 }
 
@@ -179,6 +185,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 	if err != nil {
 		return nil, toErrno(err)
 	}
+	n.m.negs.forget(n.ino(), name)
 	return n.child(ctx, a, out), 0
 }
 
@@ -188,6 +195,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
+	n.m.negs.forget(n.ino(), name)
 	ch := n.child(ctx, a, out)
 	cn := ch.Operations().(*node)
 	fh, fl, errno := cn.open(flags, false)
@@ -227,6 +235,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if err != nil {
 		return nil, toErrno(err)
 	}
+	n.m.negs.forget(n.ino(), name)
 	return n.child(ctx, a, out), 0
 }
 
@@ -237,6 +246,7 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if err != nil {
 		return nil, toErrno(err)
 	}
+	n.m.negs.forget(n.ino(), name)
 	// The new name is of the inode go-fuse has: a new one would only be
 	// discarded in favour of it.
 	fillAttr(&out.Attr, a, n.m.blksize)
@@ -265,7 +275,12 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if flags&^3 != 0 {
 		return syscall.EINVAL
 	}
-	return toErrno(n.view().Rename(n.ino(), name, newParent.EmbeddedInode().StableAttr().Ino, newName, lf))
+	to := newParent.EmbeddedInode().StableAttr().Ino
+	if err := n.view().Rename(n.ino(), name, to, newName, lf); err != nil {
+		return toErrno(err)
+	}
+	n.m.negs.forget(to, newName)
+	return 0
 }
 
 // Readlink returns a symlink's target.
