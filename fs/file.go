@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"syscall"
 
@@ -148,27 +149,21 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 	return h.n.Getattr(ctx, nil, out)
 }
 
-// Lseek implements SEEK_DATA and SEEK_HOLE: the whole file counts as data,
-// the only hole is the one at its end.
+// Lseek implements SEEK_DATA and SEEK_HOLE from the layers' block maps
+// and the base file's own holes (layers.View.Seek), so cp and tar skip
+// what was never written. The other whences the kernel answers itself.
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
-	a, err := h.n.view().GetAttr(h.n.ino())
+	if whence != unix.SEEK_DATA && whence != unix.SEEK_HOLE {
+		return 0, syscall.EINVAL
+	}
+	if off > math.MaxInt64 {
+		return 0, syscall.ENXIO
+	}
+	at, err := h.n.view().Seek(h.n.ino(), int64(off), whence == unix.SEEK_DATA)
 	if err != nil {
 		return 0, toErrno(err)
 	}
-	size := uint64(a.Size)
-	switch whence {
-	case unix.SEEK_DATA:
-		if off >= size {
-			return 0, syscall.ENXIO
-		}
-		return off, 0
-	case unix.SEEK_HOLE:
-		if off > size {
-			return 0, syscall.ENXIO
-		}
-		return size, 0
-	}
-	return 0, syscall.EINVAL
+	return uint64(at), 0
 }
 
 // Allocate implements fallocate: reserving (mode 0, KEEP_SIZE), punching

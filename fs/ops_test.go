@@ -294,6 +294,34 @@ func TestSparseFile(t *testing.T) {
 		want := make([]byte, off+4)
 		copy(want[off:], "tail")
 		checkBytes(t, p, want)
+		// lseek sees it too, so cp and tar skip it.
+		f, err := os.Open(p)
+		mustNil(t, "open", err)
+		defer f.Close()
+		const bs = 64 << 10 // the sandbox's block size
+		seeks := []struct {
+			name   string
+			off    int64
+			whence int
+			want   int64
+			errno  syscall.Errno
+		}{
+			{"hole from the start", 0, unix.SEEK_HOLE, 0, 0},
+			{"data from the start", 0, unix.SEEK_DATA, off / bs * bs, 0},
+			{"hole after the data", off, unix.SEEK_HOLE, off + 4, 0},
+			{"data past the end", off + 4, unix.SEEK_DATA, 0, syscall.ENXIO},
+			{"hole past the end", off + 4, unix.SEEK_HOLE, 0, syscall.ENXIO},
+		}
+		for _, sk := range seeks {
+			got, err := unix.Seek(int(f.Fd()), sk.off, sk.whence)
+			if sk.errno != 0 {
+				wantErrno(t, sk.name, err, sk.errno)
+				continue
+			}
+			if err != nil || got != sk.want {
+				t.Errorf("%s: got %d, %v; want %d", sk.name, got, err, sk.want)
+			}
+		}
 	}
 	check()
 	if du := diskUsage(t, filepath.Join(sb.store.Dir(), "data")); du > 1<<20 {

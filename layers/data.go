@@ -1,12 +1,15 @@
 package layers
 
 import (
+	"errors"
 	"fmt"
-	"github.com/dgraph-io/badger/v4"
 	"hash/crc32"
 	"io"
 	"os"
 	"syscall"
+
+	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
 )
 
 // MaxFileSize is the largest size a file may reach (as ext4's 16 TiB).
@@ -628,4 +631,95 @@ func (v *View) hasRecordLocked(ino uint64) bool {
 		return nil
 	})
 	return found
+}
+
+// Seek finds, at or after off, where the file's next data begins (data
+// set: SEEK_DATA) or its next hole (SEEK_HOLE; the end of the file counts
+// as one). Blocks the active or a frozen layer holds count as data; blocks
+// no layer holds and the base does not cover are holes; where the base
+// shows through, the base file's own holes are reported. Past the end it
+// fails with ErrPastEnd, as lseek does with ENXIO.
+func (v *View) Seek(ino uint64, off int64, data bool) (int64, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st, err := v.getInode(ino)
+	if err != nil {
+		return 0, err
+	}
+	if st.rec.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return 0, ErrInvalid
+	}
+	size := st.rec.Size
+	if off < 0 || off >= size {
+		return 0, fmt.Errorf("seek to %d of %d bytes: %w", off, size, ErrPastEnd)
+	}
+	if err := v.ensureBlocks(st); err != nil {
+		return 0, err
+	}
+	for pos := off; pos < size; {
+		blk := uint64(pos / v.bs)
+		end := min(int64(blk+1)*v.bs, size)
+		src, err := v.sourceBlock(st, blk)
+		if err != nil {
+			return 0, err
+		}
+		switch src.kind {
+		case srcSlot:
+			if data {
+				return pos, nil
+			}
+		case srcZero:
+			if !data {
+				return pos, nil
+			}
+		case srcBase:
+			at, err := v.seekBaseLocked(st, pos, end, data)
+			if err != nil {
+				return 0, err
+			}
+			if at < end {
+				return at, nil
+			}
+		}
+		pos = end
+	}
+	if data {
+		return 0, fmt.Errorf("no data at or after %d: %w", off, ErrPastEnd)
+	}
+	return size, nil
+}
+
+// seekBaseLocked is Seek within [pos, end) of a block the base shows
+// through: the first offset of data (or of a hole) there, or end. Bytes
+// past the base file's end read as zeros, a hole. A base file system
+// that cannot tell holes has none.
+func (v *View) seekBaseLocked(st *inodeState, pos, end int64, data bool) (int64, error) {
+	bh, err := v.baseFileLocked(st)
+	if err != nil {
+		return 0, err
+	}
+	whence := unix.SEEK_HOLE
+	if data {
+		whence = unix.SEEK_DATA
+	}
+	at, err := unix.Seek(int(bh.f.Fd()), pos, whence)
+	switch {
+	case errors.Is(err, unix.ENXIO):
+		// No more data in the base file (SEEK_DATA), or pos is past its
+		// end, which reads as a hole.
+		if data {
+			return end, nil
+		}
+		return pos, nil
+	case err != nil:
+		if data {
+			return pos, nil // no hole information: all data
+		}
+		fi, serr := bh.f.Stat()
+		if serr != nil {
+			return 0, mapOSErr(serr)
+		}
+		return min(max(pos, fi.Size()), end), nil
+	}
+	return min(at, end), nil
 }

@@ -39,6 +39,9 @@ var (
 	ErrTooLarge = errors.New("too large")
 	// ErrNameTooLong: a name or symlink target is over its limit.
 	ErrNameTooLong = errors.New("name too long")
+	// ErrPastEnd: a seek for data or a hole started past the end of the
+	// file, or no data follows (lseek's ENXIO).
+	ErrPastEnd = errors.New("no data or hole past the end")
 	// ErrFrozen: a frozen layer was asked to change.
 	ErrFrozen = errors.New("layer is frozen")
 )

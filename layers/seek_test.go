@@ -1,0 +1,93 @@
+package layers
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSeekDataAndHoles checks SEEK_DATA and SEEK_HOLE over a file whose
+// blocks come from everywhere: the base (with a hole of its own), a frozen
+// layer, the active layer, and blocks nothing holds past the base's end,
+// and over a file whose tail a truncation cut off.
+func TestSeekDataAndHoles(t *testing.T) {
+	const bs = MinBlockSize
+	e := newEnv(t, bs, func(base string) {
+		f, err := os.Create(filepath.Join(base, "f"))
+		ok(t, "create", err)
+		_, err = f.WriteAt([]byte("A"), 0)
+		ok(t, "write", err)
+		_, err = f.WriteAt([]byte("B"), 8*bs)
+		ok(t, "write", err)
+		ok(t, "truncate", f.Truncate(10*bs))
+		ok(t, "close", f.Close())
+		put(t, filepath.Join(base, "g"), strings.Repeat("g", 4*bs))
+	})
+	v := e.view()
+	f := lookup(t, v, RootIno, "f").Ino
+	_, err := v.WriteAt(f, []byte("C"), 3*bs, false)
+	ok(t, "write", err)
+	ok(t, "close", v.Close())
+	freeze(t, e.store, "sb")
+	v = e.view()
+	defer v.Close()
+	_, err = v.WriteAt(f, []byte("D"), 5*bs, false)
+	ok(t, "write", err)
+	size := int64(20 * bs)
+	_, err = v.SetAttr(f, SetAttrIn{Size: &size})
+	ok(t, "extend", err)
+	g := lookup(t, v, RootIno, "g").Ino
+	cut, grown := int64(bs), int64(4*bs)
+	_, err = v.SetAttr(g, SetAttrIn{Size: &cut})
+	ok(t, "cut", err)
+	_, err = v.SetAttr(g, SetAttrIn{Size: &grown})
+	ok(t, "grow", err)
+
+	const past = -1
+	cases := []struct {
+		name string
+		ino  uint64
+		off  int64
+		data bool
+		want int64
+	}{
+		{"data at the base's data", f, 0, true, 0},
+		{"data skips the base's hole to the frozen block", f, bs, true, 3 * bs},
+		{"data inside the frozen block", f, 3*bs + 5, true, 3*bs + 5},
+		{"data skips to the active block", f, 4 * bs, true, 5 * bs},
+		{"data skips to the base's last data", f, 6 * bs, true, 8 * bs},
+		{"no data after the base's end", f, 9 * bs, true, past},
+		{"data past the end", f, size, true, past},
+		{"hole after the base's first block", f, 0, false, bs},
+		{"hole after the frozen block", f, 3 * bs, false, 4 * bs},
+		{"hole after the active block", f, 5 * bs, false, 6 * bs},
+		{"hole after the base's last data", f, 8*bs + 10, false, 9 * bs},
+		{"hole where nothing is", f, 12 * bs, false, 12 * bs},
+		{"hole in the last block", f, size - 1, false, size - 1},
+		{"hole past the end", f, size, false, past},
+		{"data before the cut", g, 0, true, 0},
+		{"no data after the cut", g, bs, true, past},
+		{"hole at the cut", g, 0, false, bs},
+	}
+	for _, c := range cases {
+		got, err := v.Seek(c.ino, c.off, c.data)
+		if c.want == past {
+			if !errors.Is(err, ErrPastEnd) {
+				t.Errorf("%s: got %d, %v; want ErrPastEnd", c.name, got, err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%s: got %d, %v; want %d", c.name, got, err, c.want)
+		}
+	}
+	d := mkdir(t, v, RootIno, "d")
+	_, err = v.Seek(d.Ino, 0, true)
+	wantErr(t, "seek in a directory", err, ErrInvalid)
+	_, err = v.Seek(1<<50, 0, true)
+	wantErr(t, "seek in an unknown inode", err, ErrNotFound)
+	_, err = v.Seek(f, -1, true)
+	wantErr(t, "seek before the start", err, ErrPastEnd)
+}
