@@ -187,3 +187,70 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 	}
 	return syscall.EOPNOTSUPP
 }
+
+var _ = (gofs.NodeCopyFileRanger)((*node)(nil))
+
+// copyChunk is how much CopyFileRange moves per read and write.
+const copyChunk = 1 << 20
+
+// CopyFileRange copies within the mount without the data crossing into
+// the caller and back: the kernel would otherwise fall back to reading
+// and writing it through two round trips per chunk. It stops at the
+// source's end, and copies at most 1 GiB per call (the reply counts in 32
+// bits); copy_file_range's callers loop.
+func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode, fhOut gofs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
+	if flags != 0 {
+		return 0, syscall.EINVAL
+	}
+	in, inOK := handleOf(fhIn)
+	dst, outOK := handleOf(fhOut)
+	if !inOK || !outOK {
+		return 0, syscall.EBADF
+	}
+	if errno := in.check(); errno != 0 {
+		return 0, errno
+	}
+	if errno := dst.check(); errno != 0 {
+		return 0, errno
+	}
+	if offIn > math.MaxInt64 || offOut > math.MaxInt64 {
+		return 0, syscall.EINVAL
+	}
+	length = min(length, 1<<30)
+	v := n.view()
+	buf := make([]byte, min(length, copyChunk))
+	var done uint64
+	for done < length {
+		chunk := buf[:min(uint64(len(buf)), length-done)]
+		got, err := v.ReadAt(n.ino(), chunk, int64(offIn+done))
+		if err != nil && !errors.Is(err, io.EOF) {
+			return uint32(done), toErrno(err)
+		}
+		if got == 0 {
+			break
+		}
+		wrote, err := v.WriteAt(dst.n.ino(), chunk[:got], int64(offOut+done), false)
+		done += uint64(wrote)
+		if err != nil {
+			if done > 0 {
+				return uint32(done), 0 // a short copy; the next call reports the error
+			}
+			return 0, toErrno(err)
+		}
+		if got < len(chunk) {
+			break
+		}
+	}
+	return uint32(done), 0
+}
+
+// handleOf is the handle behind a go-fuse file handle of this mount.
+func handleOf(fh gofs.FileHandle) (*handle, bool) {
+	switch h := fh.(type) {
+	case *handle:
+		return h, true
+	case *ptHandle:
+		return h.handle, true
+	}
+	return nil, false
+}
