@@ -26,7 +26,6 @@ type handle struct {
 var (
 	_ = (gofs.FileReader)((*handle)(nil))
 	_ = (gofs.FileWriter)((*handle)(nil))
-	_ = (gofs.FileFlusher)((*handle)(nil))
 	_ = (gofs.FileFsyncer)((*handle)(nil))
 	_ = (gofs.FileReleaser)((*handle)(nil))
 	_ = (gofs.FileLseeker)((*handle)(nil))
@@ -118,9 +117,6 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	return uint32(n), 0
 }
-
-// Flush is close(2); data stays in the view until fsync or the next seal.
-func (h *handle) Flush(ctx context.Context) syscall.Errno { return 0 }
 
 // Fsync makes everything written durable.
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {

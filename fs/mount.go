@@ -85,8 +85,8 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 		// Mode 0 is a real mode (chmod 0); without this go-fuse shows it as 0644.
 		NullPermissions: true,
 	}
-	// gofs.Mount, with the raw file system wrapped (killpriv.go).
-	m.raw = &killprivFS{RawFileSystem: gofs.NewNodeFS(m.root, opts)}
+	// gofs.Mount, with the raw file system wrapped (killpriv.go, noflush.go).
+	m.raw = &killprivFS{RawFileSystem: noFlushFS{gofs.NewNodeFS(m.root, opts)}}
 	server, err := fuse.NewServer(m.raw, dir, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
