@@ -257,7 +257,7 @@ func (v *View) readAt(ino uint64, p []byte, off int64) (int, error) {
 // written into, copying the block up from below unless the write covers
 // every byte of it that matters (covered: [lo, hi) within the block).
 func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi int64) (*blockRef, error) {
-	v.unsynced = true
+	v.dataGen++
 	ref, ok := st.active[blk]
 	if ok && !ref.sealed() {
 		return ref, nil
@@ -580,7 +580,7 @@ func (v *View) reserveSlotsLocked(f *os.File) error {
 		return mapOSErr(err)
 	}
 	if want := int64(v.nextSlot) * v.bs; fi.Size() < want {
-		v.unsynced = true
+		v.dataGen++
 		if err := f.Truncate(want); err != nil {
 			return fmt.Errorf("reserve data slots: %w", mapOSErr(err))
 		}

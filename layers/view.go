@@ -167,12 +167,16 @@ type View struct {
 	punchable []uint64
 	punchReq  chan struct{}
 	punchSoon bool // a punch-hole freed slots: the next Sync punches them itself
-	// unsynced: the active layer's data file may hold writes that no
-	// fdatasync covered yet. Every write takes its slot from
-	// writableSlotLocked (or grows the file in reserveSlotsLocked) under
-	// mu, so a Sync that clears it under ioMu and mu knows every write
-	// before it has reached the file.
-	unsynced bool
+	// dataGen counts writes to the active layer's data file (and new
+	// data files); dataSynced is the count the last finished fdatasync
+	// covered. Every write takes its slot from writableSlotLocked (or
+	// grows the file in reserveSlotsLocked) under mu, and a Sync reads
+	// the count under ioMu and mu, when every write before it has reached
+	// the file. A Sync skips the fdatasync only when one that covered its
+	// count has finished: one still running does not count, or the
+	// records a Sync commits could reach the disk before the data.
+	dataGen, dataSynced uint64
+
 	pre      *preImages
 	closed   bool
 	snapshot bool // opened by OpenSnapshot: no journal loop, not registered
@@ -347,7 +351,7 @@ func (v *View) restackLocked(stack []string, changed *changedKeys) error {
 	v.dirty = map[uint64]*inodeState{}
 	v.files = map[string]*os.File{}
 	v.nextSlot = 0
-	v.unsynced = true // a new active data file: the next Sync syncs it
+	v.dataGen++ // a new active data file: the next Sync syncs it
 	// Callers that know the new active layer is empty say so (complete).
 	v.pre = newPreImages(false)
 	if len(stack) == 0 {
@@ -631,10 +635,8 @@ func (v *View) Sync() error {
 	err := v.sealLocked()
 	f := v.files[v.activeLayer()]
 	freed := v.takeFreedLocked()
-	dataToSync := v.unsynced
-	if err == nil {
-		v.unsynced = false
-	}
+	gen := v.dataGen
+	dataToSync := v.dataSynced < gen
 	v.mu.Unlock()
 	v.ioMu.Unlock()
 	if err != nil {
@@ -644,12 +646,12 @@ func (v *View) Sync() error {
 		// A freeze or rollback may close f meanwhile (Sync holds no lock
 		// here): fdatasync keeps it open while it syncs.
 		if err := fdatasync(f); err != nil {
-			v.mu.Lock()
-			v.unsynced = true
-			v.mu.Unlock()
 			v.keepFreed(f, freed)
 			return fmt.Errorf("sync data: %w", mapOSErr(err))
 		}
+		v.mu.Lock()
+		v.dataSynced = max(v.dataSynced, gen)
+		v.mu.Unlock()
 	}
 	if err := v.commit(); err != nil {
 		v.keepFreed(f, freed)
