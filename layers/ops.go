@@ -938,7 +938,9 @@ func (v *View) SetXattr(ino uint64, name string, val []byte, flags uint32) error
 		delete(next, name)
 	} else {
 		next[name] = append([]byte(nil), val...)
-		if n := xattrSpace(next); n > MaxXattrSpace {
+		// A set over the bound already (a base file's, from a file
+		// system that allows more) may still shrink.
+		if n := xattrSpace(next); n > MaxXattrSpace && n > xattrSpace(xs) {
 			return fmt.Errorf("xattr %q: the inode's attributes would take %d bytes, over %d: %w", name, n, MaxXattrSpace, ErrNoSpace)
 		}
 	}

@@ -1020,4 +1020,31 @@ func TestXattrSpace(t *testing.T) {
 	if got, _ := v.GetXattr(f.Ino, "user.x"); string(got) != "123456789012" {
 		t.Fatalf("user.x: got %q, want 123456789012 (a failed set must change nothing)", got)
 	}
+
+	// A set over the bound already (as a base on another file system may
+	// bring) may shrink, and may not grow.
+	g := mkfile(t, v, RootIno, "g", "")
+	ok(t, "close", v.Close())
+	info, _ := e.store.Sandbox("sb")
+	var rec *Inode
+	ok(t, "record", e.store.view(func(txn *badger.Txn) error {
+		item, err := txn.Get(keyInode(info.Head, g.Ino))
+		if err != nil {
+			return err
+		}
+		b, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		rec, err = decodeInode(b)
+		return err
+	}))
+	rec.XattrsSet = true
+	rec.Xattrs = map[string][]byte{"user.a": make([]byte, MaxXattrSpace), "user.b": []byte("b")}
+	corrupt(t, e.store, keyInode(info.Head, g.Ino), encodeInode(rec))
+	v = e.view()
+	wantErr(t, "grow an oversize set", v.SetXattr(g.Ino, "user.c", []byte("c"), 0), ErrNoSpace)
+	ok(t, "shrink an oversize set, still over", v.SetXattr(g.Ino, "user.a", make([]byte, MaxXattrSpace-1), 0))
+	ok(t, "shrink it under the bound", v.SetXattr(g.Ino, "user.a", make([]byte, 10), 0))
+	ok(t, "then grow within the bound", v.SetXattr(g.Ino, "user.c", []byte("c"), 0))
 }
