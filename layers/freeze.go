@@ -71,13 +71,14 @@ func freezeTxn(txn *badger.Txn, name, next string) (string, error) {
 	return top.ID, putJSON(txn, keySandbox(name), info)
 }
 
-// quiesce stops the view's writers, seals everything, commits the
-// journal and makes the data durable; it returns with ioMu, mu and cmu
-// held (release). The data written so far is final, so it syncs while
-// the blocks are sealed and the journal committed, which only read it;
-// during, when not nil, runs meanwhile too: work on the sealed state in
-// memory. The metadata store is synced after quiesce, so nothing that
-// points at the data is durable before the data is. Holding cmu keeps the
+// quiesce stops the view's writers, seals everything, makes the data
+// durable and commits the journal; it returns with ioMu, mu and cmu held
+// (release). The data written so far is final, so it syncs while the
+// blocks are sealed, which only reads it; during, when not nil, runs
+// meanwhile too: work on the sealed state in memory. The journal, whose
+// sealed blocks' records name the new slots, is committed only once the
+// data is durable: the store's log is shared, and another sandbox's sync
+// may flush it at any moment after a commit. Holding cmu keeps the
 // journal loop out meanwhile.
 func (v *View) quiesce(during func()) error {
 	v.ioMu.Lock()
@@ -103,9 +104,6 @@ func (v *View) quiesce(during func()) error {
 	if err == nil && during != nil {
 		during()
 	}
-	if err == nil {
-		err = v.commitLocked()
-	}
 	<-synced
 	if err != nil {
 		return err
@@ -113,7 +111,7 @@ func (v *View) quiesce(during func()) error {
 	if syncErr != nil {
 		return fmt.Errorf("sync data: %w", mapOSErr(syncErr))
 	}
-	return nil
+	return v.commitLocked()
 }
 
 // fdatasync makes f's data (and its size) durable.

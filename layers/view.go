@@ -182,11 +182,16 @@ type View struct {
 	snapshot bool // opened by OpenSnapshot: no journal loop, not registered
 
 	cmu     sync.Mutex // serialises journal commits, so they land in order
-	jmu     sync.Mutex // protects pending, jerr, jqueued and jdone
-	pending [][]kv
+	jmu     sync.Mutex // protects pending, jerr, jqueued, jdone and holds
+	pending [][]kv     // the last len(pending) operations queued, in order
 	jerr    error
 	jqueued uint64 // operations queued so far
 	jdone   uint64 // operations committed so far
+	// holds are the numbers of the first operations of seals whose data
+	// is being synced: no commit takes an operation from the earliest on,
+	// since sealed blocks' records must not reach the store's log, which
+	// any sync of any sandbox may flush, before their data is durable.
+	holds   []uint64
 	kick    chan struct{}
 	written atomic.Bool // data was written since the last writeback
 	// spareReq asks the journal loop for a spare data file; spare (under
@@ -560,6 +565,12 @@ func (v *View) commitLocked() error {
 	ops := v.pending
 	v.pending = nil
 	upto := v.jqueued
+	if len(v.holds) > 0 {
+		first := v.jqueued - uint64(len(ops)) + 1 // the number of ops[0]
+		n := min(uint64(len(ops)), max(slices.Min(v.holds), first)-first)
+		ops, v.pending = ops[:n], ops[n:]
+		upto = first + n - 1
+	}
 	v.jmu.Unlock()
 	apply := func(txn *badger.Txn, op []kv) error {
 		for _, e := range op {
@@ -632,6 +643,9 @@ func (v *View) Sync() error {
 		v.ioMu.Unlock()
 		return ErrClosed
 	}
+	// The seal's operations are the next ones queued: the writers that
+	// could queue others wait for mu.
+	hold := v.holdJournal()
 	err := v.sealLocked()
 	f := v.files[v.activeLayer()]
 	freed := v.takeFreedLocked()
@@ -640,12 +654,14 @@ func (v *View) Sync() error {
 	v.mu.Unlock()
 	v.ioMu.Unlock()
 	if err != nil {
+		v.releaseJournal(hold)
 		return err
 	}
 	if f != nil && dataToSync {
 		// A freeze or rollback may close f meanwhile (Sync holds no lock
 		// here): fdatasync keeps it open while it syncs.
 		if err := fdatasync(f); err != nil {
+			v.releaseJournal(hold)
 			v.keepFreed(f, freed)
 			return fmt.Errorf("sync data: %w", mapOSErr(err))
 		}
@@ -653,6 +669,7 @@ func (v *View) Sync() error {
 		v.dataSynced = max(v.dataSynced, gen)
 		v.mu.Unlock()
 	}
+	v.releaseJournal(hold)
 	if err := v.commit(); err != nil {
 		v.keepFreed(f, freed)
 		return err
@@ -678,6 +695,26 @@ func (v *View) Sync() error {
 		v.punchPending()
 	}
 	return nil
+}
+
+// holdJournal keeps commits from taking the operations queued from now
+// on, until releaseJournal: Sync's seal queues records of blocks whose
+// data it has yet to sync.
+func (v *View) holdJournal() uint64 {
+	v.jmu.Lock()
+	defer v.jmu.Unlock()
+	at := v.jqueued + 1
+	v.holds = append(v.holds, at)
+	return at
+}
+
+// releaseJournal ends the hold holdJournal returned.
+func (v *View) releaseJournal(at uint64) {
+	v.jmu.Lock()
+	defer v.jmu.Unlock()
+	if i := slices.Index(v.holds, at); i >= 0 {
+		v.holds = slices.Delete(v.holds, i, i+1)
+	}
 }
 
 // punchBatch is how many durably freed slots wait before the journal loop
