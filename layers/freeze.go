@@ -2,6 +2,7 @@ package layers
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"time"
 
@@ -111,7 +112,7 @@ func (v *View) quiesce(during func()) error {
 	if syncErr != nil {
 		return fmt.Errorf("sync data: %w", mapOSErr(syncErr))
 	}
-	return v.commitLocked()
+	return v.commitThroughLocked(math.MaxUint64) // every write is in the synced data
 }
 
 // fdatasync makes f's data (and its size) durable.

@@ -560,14 +560,21 @@ func (v *View) commitQuietly() {
 }
 
 // commitLocked is commit for a caller that holds cmu.
-func (v *View) commitLocked() error {
+func (v *View) commitLocked() error { return v.commitThroughLocked(0) }
+
+// commitThroughLocked commits the journal up to the first held operation
+// (holdJournal), but at least up to operation number through: a caller
+// whose data sync covers the operations up to there (a Sync's own seal,
+// a freeze's everything) may commit them whoever holds them.
+func (v *View) commitThroughLocked(through uint64) error {
 	v.jmu.Lock()
 	ops := v.pending
 	v.pending = nil
 	upto := v.jqueued
 	if len(v.holds) > 0 {
 		first := v.jqueued - uint64(len(ops)) + 1 // the number of ops[0]
-		n := min(uint64(len(ops)), max(slices.Min(v.holds), first)-first)
+		limit := max(slices.Min(v.holds), min(through, v.jqueued)+1, first)
+		n := min(uint64(len(ops)), limit-first)
 		ops, v.pending = ops[:n], ops[n:]
 		upto = first + n - 1
 	}
@@ -647,6 +654,9 @@ func (v *View) Sync() error {
 	// could queue others wait for mu.
 	hold := v.holdJournal()
 	err := v.sealLocked()
+	v.jmu.Lock()
+	sealed := v.jqueued // the last operation this Sync's data sync covers
+	v.jmu.Unlock()
 	f := v.files[v.activeLayer()]
 	freed := v.takeFreedLocked()
 	gen := v.dataGen
@@ -670,7 +680,10 @@ func (v *View) Sync() error {
 		v.mu.Unlock()
 	}
 	v.releaseJournal(hold)
-	if err := v.commit(); err != nil {
+	v.cmu.Lock()
+	err = v.commitThroughLocked(sealed)
+	v.cmu.Unlock()
+	if err != nil {
 		v.keepFreed(f, freed)
 		return err
 	}
