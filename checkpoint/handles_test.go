@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestOpenHandlesAcrossRollback pins down what docs/design.md promises: an
@@ -38,6 +40,17 @@ func TestOpenHandlesAcrossRollback(t *testing.T) {
 	}
 	if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, syscall.ESTALE) {
 		t.Errorf("write on old handle: got %v, want ESTALE", err)
+	}
+	if _, err := unix.Seek(int(f.Fd()), 0, unix.SEEK_DATA); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("SEEK_DATA on old handle: got %v, want ESTALE", err)
+	}
+	other, err := os.Create(filepath.Join(l.mnt, "copy.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := unix.CopyFileRange(int(f.Fd()), nil, int(other.Fd()), nil, 4, 0); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("copy_file_range from old handle: got %v, want ESTALE", err)
 	}
 	if got, _ := l.read("dir/a.txt"); got != "before" {
 		t.Errorf("new open: got %q, want %q", got, "before")

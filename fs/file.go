@@ -149,6 +149,9 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 // and the base file's own holes (layers.View.Seek), so cp and tar skip
 // what was never written. The other whences the kernel answers itself.
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	if errno := h.check(); errno != 0 {
+		return 0, errno
+	}
 	if whence != unix.SEEK_DATA && whence != unix.SEEK_HOLE {
 		return 0, syscall.EINVAL
 	}
