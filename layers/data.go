@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"syscall"
 
 	"github.com/dgraph-io/badger/v4"
@@ -639,6 +641,11 @@ func (v *View) hasRecordLocked(ino uint64) bool {
 // no layer holds and the base does not cover are holes; where the base
 // shows through, the base file's own holes are reported. Past the end it
 // fails with ErrPastEnd, as lseek does with ENXIO.
+//
+// It jumps over holes to the next block a layer holds and over the
+// base's runs of data or holes, so a huge sparse file costs little; past
+// seekSteps blocks looked at one by one (a long run of written blocks),
+// it answers that the rest is data, which lseek allows.
 func (v *View) Seek(ino uint64, off int64, data bool) (int64, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -656,9 +663,37 @@ func (v *View) Seek(ino uint64, off int64, data bool) (int64, error) {
 	if err := v.ensureBlocks(st); err != nil {
 		return 0, err
 	}
-	for pos := off; pos < size; {
+	keys := make([]uint64, 0, len(st.active)+len(st.frozen))
+	for b := range st.active {
+		keys = append(keys, b)
+	}
+	for b := range st.frozen {
+		if _, ok := st.active[b]; !ok {
+			keys = append(keys, b)
+		}
+	}
+	slices.Sort(keys)
+	// nextKey is where the next block a layer holds after blk begins.
+	nextKey := func(blk uint64) int64 {
+		i, found := slices.BinarySearch(keys, blk)
+		if found {
+			i++
+		}
+		if i == len(keys) {
+			return size
+		}
+		return min(int64(keys[i])*v.bs, size)
+	}
+	baseEnd := (st.baseLimit + v.bs - 1) / v.bs * v.bs // base blocks end here
+	for pos, steps := off, 0; pos < size; steps++ {
+		if steps == seekSteps {
+			if data {
+				return pos, nil
+			}
+			return size, nil
+		}
 		blk := uint64(pos / v.bs)
-		end := min(int64(blk+1)*v.bs, size)
+		blockEnd := min(int64(blk+1)*v.bs, size)
 		src, err := v.sourceBlock(st, blk)
 		if err != nil {
 			return 0, err
@@ -668,20 +703,30 @@ func (v *View) Seek(ino uint64, off int64, data bool) (int64, error) {
 			if data {
 				return pos, nil
 			}
+			pos = blockEnd
 		case srcZero:
 			if !data {
 				return pos, nil
 			}
+			// The base shows only below baseLimit and above no floor, so
+			// past a hole only the layers' blocks can hold data.
+			pos = max(blockEnd, nextKey(blk))
 		case srcBase:
-			at, err := v.seekBaseLocked(st, pos, end, data)
+			at, err := v.seekBaseLocked(st, pos, data)
 			if err != nil {
 				return 0, err
 			}
-			if at < end {
+			if at < blockEnd {
 				return at, nil
 			}
+			// The base keeps to its data (or hole) up to at; a layer's
+			// block before that is data, the end of the base a hole.
+			next := min(at/v.bs*v.bs, baseEnd)
+			if data {
+				next = min(next, nextKey(blk))
+			}
+			pos = max(blockEnd, next)
 		}
-		pos = end
 	}
 	if data {
 		return 0, fmt.Errorf("no data at or after %d: %w", off, ErrPastEnd)
@@ -689,11 +734,14 @@ func (v *View) Seek(ino uint64, off int64, data bool) (int64, error) {
 	return size, nil
 }
 
-// seekBaseLocked is Seek within [pos, end) of a block the base shows
-// through: the first offset of data (or of a hole) there, or end. Bytes
-// past the base file's end read as zeros, a hole. A base file system
-// that cannot tell holes has none.
-func (v *View) seekBaseLocked(st *inodeState, pos, end int64, data bool) (int64, error) {
+// seekSteps bounds the blocks Seek looks at one by one.
+var seekSteps = 1 << 16
+
+// seekBaseLocked is lseek(SEEK_DATA or SEEK_HOLE) on the base file from
+// pos: where its next data (or hole) begins, math.MaxInt64 when no data
+// follows. Past the base file's end is a hole (it reads as zeros). A base
+// file system that cannot tell holes has none.
+func (v *View) seekBaseLocked(st *inodeState, pos int64, data bool) (int64, error) {
 	bh, err := v.baseFileLocked(st)
 	if err != nil {
 		return 0, err
@@ -705,10 +753,10 @@ func (v *View) seekBaseLocked(st *inodeState, pos, end int64, data bool) (int64,
 	at, err := unix.Seek(int(bh.f.Fd()), pos, whence)
 	switch {
 	case errors.Is(err, unix.ENXIO):
-		// No more data in the base file (SEEK_DATA), or pos is past its
-		// end, which reads as a hole.
+		// No data after pos (SEEK_DATA), or pos is past the base file's
+		// end, a hole.
 		if data {
-			return end, nil
+			return math.MaxInt64, nil
 		}
 		return pos, nil
 	case err != nil:
@@ -719,7 +767,7 @@ func (v *View) seekBaseLocked(st *inodeState, pos, end int64, data bool) (int64,
 		if serr != nil {
 			return 0, mapOSErr(serr)
 		}
-		return min(max(pos, fi.Size()), end), nil
+		return max(pos, fi.Size()), nil
 	}
-	return min(at, end), nil
+	return at, nil
 }

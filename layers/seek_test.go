@@ -91,3 +91,48 @@ func TestSeekDataAndHoles(t *testing.T) {
 	_, err = v.Seek(f, -1, true)
 	wantErr(t, "seek before the start", err, ErrPastEnd)
 }
+
+// TestSeekHugeAndLong: a 1 TiB sparse file with data only near its end is
+// answered by jumping, and a run of written blocks longer than seekSteps
+// is answered as data to the end, which lseek allows.
+func TestSeekHugeAndLong(t *testing.T) {
+	const bs = MinBlockSize
+	e := newEnv(t, bs, nil)
+	v := e.view()
+	defer v.Close()
+	huge := mkfile(t, v, RootIno, "huge", "").Ino
+	size := int64(1 << 40)
+	_, err := v.SetAttr(huge, SetAttrIn{Size: &size})
+	ok(t, "extend", err)
+	_, err = v.WriteAt(huge, []byte("Z"), size-100, false)
+	ok(t, "write", err)
+	last := (size - 100) / bs * bs
+	long := mkfile(t, v, RootIno, "long", strings.Repeat("x", 10*bs)).Ino
+	longSize := int64(20 * bs) // a hole after the run
+	_, err = v.SetAttr(long, SetAttrIn{Size: &longSize})
+	ok(t, "extend", err)
+
+	saved := seekSteps
+	seekSteps = 4
+	defer func() { seekSteps = saved }()
+	cases := []struct {
+		name string
+		ino  uint64
+		off  int64
+		data bool
+		want int64
+	}{
+		{"data jumps to the last block", huge, 0, true, last},
+		{"hole at the start", huge, 0, false, 0},
+		{"hole after the last block", huge, last, false, size},
+		{"past seekSteps the rest is data", long, 0, false, longSize},
+		{"the hole after the run, looked for from near it", long, 8 * bs, false, 10 * bs},
+		{"data in a long run", long, 3 * bs, true, 3 * bs},
+	}
+	for _, c := range cases {
+		got, err := v.Seek(c.ino, c.off, c.data)
+		if err != nil || got != c.want {
+			t.Errorf("%s: got %d, %v; want %d", c.name, got, err, c.want)
+		}
+	}
+}
