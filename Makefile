@@ -13,8 +13,9 @@ GO ?= go
 # Tools installed with `go install` (staticcheck) live here.
 export PATH := $(or $(shell $(GO) env GOBIN),$(shell $(GO) env GOPATH)/bin):$(PATH)
 
-# Packages with goroutines around FUSE and the store: run again under -race.
-RACE_PKGS = ./layers/... ./fs/... ./cmd/internal/control/...
+# Packages with goroutines around FUSE and the store (checkpoints and
+# corrections run against live mounts): run again under -race.
+RACE_PKGS = ./layers/... ./fs/... ./checkpoint/... ./correction/... ./cmd/internal/control/...
 # Packages whose coverage `make cover` reports; absent ones are noted.
 COVER_PKGS = layers checkpoint correction
 
