@@ -14,13 +14,7 @@ import (
 // through the mount, and a rollback that changes the directory, whether it
 // drops only what it touched or everything.
 func TestCachedListings(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		inval func(m *Mount) checkpoint.Invalidator
-	}{
-		{"touched", func(m *Mount) checkpoint.Invalidator { return touchedInval{m} }},
-		{"full", func(m *Mount) checkpoint.Invalidator { return fullInval{m} }},
-	} {
+	for _, c := range invalidators {
 		t.Run(c.name, func(t *testing.T) {
 			sb := newSandbox(t, func(base string) {
 				writeFile(t, filepath.Join(base, "d", "base.txt"), "base")

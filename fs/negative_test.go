@@ -15,18 +15,22 @@ type fullInval struct{ m *Mount }
 
 func (i fullInval) Invalidate(string) { i.m.Invalidate() }
 
+// invalidators are the two ways a repoint drops the kernel's caches, for
+// tests that must hold under both.
+var invalidators = []struct {
+	name  string
+	inval func(m *Mount) checkpoint.Invalidator
+}{
+	{"touched", func(m *Mount) checkpoint.Invalidator { return touchedInval{m} }},
+	{"full", func(m *Mount) checkpoint.Invalidator { return fullInval{m} }},
+}
+
 // TestMissingNamesAfterRollback: names looked up while missing are cached
 // by the kernel (a second lookup is not asked of the view), and a rollback
 // that brings them back shows them at once, whether it drops only what it
 // touched or everything.
 func TestMissingNamesAfterRollback(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		inval func(m *Mount) checkpoint.Invalidator
-	}{
-		{"touched", func(m *Mount) checkpoint.Invalidator { return touchedInval{m} }},
-		{"full", func(m *Mount) checkpoint.Invalidator { return fullInval{m} }},
-	} {
+	for _, c := range invalidators {
 		t.Run(c.name, func(t *testing.T) {
 			sb := newSandbox(t, func(base string) {
 				writeFile(t, filepath.Join(base, "d", "base.txt"), "base")

@@ -45,14 +45,7 @@ func TestSeekDataAndHoles(t *testing.T) {
 	_, err = v.SetAttr(g, SetAttrIn{Size: &grown})
 	ok(t, "grow", err)
 
-	const past = -1
-	cases := []struct {
-		name string
-		ino  uint64
-		off  int64
-		data bool
-		want int64
-	}{
+	checkSeeks(t, v, []seekCase{
 		{"data at the base's data", f, 0, true, 0},
 		{"data skips the base's hole to the frozen block", f, bs, true, 3 * bs},
 		{"data inside the frozen block", f, 3*bs + 5, true, 3*bs + 5},
@@ -70,19 +63,7 @@ func TestSeekDataAndHoles(t *testing.T) {
 		{"data before the cut", g, 0, true, 0},
 		{"no data after the cut", g, bs, true, past},
 		{"hole at the cut", g, 0, false, bs},
-	}
-	for _, c := range cases {
-		got, err := v.Seek(c.ino, c.off, c.data)
-		if c.want == past {
-			if !errors.Is(err, ErrPastEnd) {
-				t.Errorf("%s: got %d, %v; want ErrPastEnd", c.name, got, err)
-			}
-			continue
-		}
-		if err != nil || got != c.want {
-			t.Errorf("%s: got %d, %v; want %d", c.name, got, err, c.want)
-		}
-	}
+	})
 	d := mkdir(t, v, RootIno, "d")
 	_, err = v.Seek(d.Ino, 0, true)
 	wantErr(t, "seek in a directory", err, ErrInvalid)
@@ -115,22 +96,38 @@ func TestSeekHugeAndLong(t *testing.T) {
 	saved := seekSteps
 	seekSteps = 4
 	defer func() { seekSteps = saved }()
-	cases := []struct {
-		name string
-		ino  uint64
-		off  int64
-		data bool
-		want int64
-	}{
+	checkSeeks(t, v, []seekCase{
 		{"data jumps to the last block", huge, 0, true, last},
 		{"hole at the start", huge, 0, false, 0},
 		{"hole after the last block", huge, last, false, size},
 		{"past seekSteps the rest is data", long, 0, false, longSize},
 		{"the hole after the run, looked for from near it", long, 8 * bs, false, 10 * bs},
 		{"data in a long run", long, 3 * bs, true, 3 * bs},
-	}
+	})
+}
+
+// past, as a seekCase's want, expects ErrPastEnd (lseek's ENXIO).
+const past = -1
+
+// seekCase is one Seek and what it must answer.
+type seekCase struct {
+	name string
+	ino  uint64
+	off  int64
+	data bool
+	want int64
+}
+
+func checkSeeks(t *testing.T, v *View, cases []seekCase) {
+	t.Helper()
 	for _, c := range cases {
 		got, err := v.Seek(c.ino, c.off, c.data)
+		if c.want == past {
+			if !errors.Is(err, ErrPastEnd) {
+				t.Errorf("%s: got %d, %v; want ErrPastEnd", c.name, got, err)
+			}
+			continue
+		}
 		if err != nil || got != c.want {
 			t.Errorf("%s: got %d, %v; want %d", c.name, got, err, c.want)
 		}
