@@ -424,7 +424,7 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 		}
 		err = v.restackLocked(stack, changed)
 		v.pre.complete = true // next is empty
-		v.epoch++
+		v.epoch.Add(1)
 		if moved != nil && err == nil {
 			var t *Touched
 			if rd != nil {

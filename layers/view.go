@@ -143,8 +143,8 @@ type View struct {
 
 	// mu protects every field below it.
 	mu     sync.Mutex
-	stack  []string // layer ids, active first
-	epoch  uint64
+	stack  []string      // layer ids, active first
+	epoch  atomic.Uint64 // changed under mu; read without it (every handle I/O)
 	inodes map[uint64]*inodeState
 	// zombies are inodes with no name left and no open file, that the
 	// kernel may still hold (an open directory, a cwd): they answer
@@ -274,9 +274,7 @@ func (v *View) ReadOnly() bool { return v.ro }
 // Epoch counts how often the view's stack was replaced (rollback, restore).
 // File handles remember the epoch they were opened in.
 func (v *View) Epoch() uint64 {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.epoch
+	return v.epoch.Load()
 }
 
 // setStackLocked points the view at a new stack and forgets every cached
