@@ -27,7 +27,7 @@ type negatives struct {
 }
 
 // maxNegatives bounds the index; past it, missing names are not cached
-// until a repoint empties it.
+// until names leave it (made through the mount, or dropped by a repoint).
 const maxNegatives = 1 << 16
 
 // add records that name is missing in dir, when current still holds: it

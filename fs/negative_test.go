@@ -15,14 +15,26 @@ type fullInval struct{ m *Mount }
 
 func (i fullInval) Invalidate(string) { i.m.Invalidate() }
 
-// invalidators are the two ways a repoint drops the kernel's caches, for
-// tests that must hold under both.
-var invalidators = []struct {
-	name  string
-	inval func(m *Mount) checkpoint.Invalidator
-}{
-	{"touched", func(m *Mount) checkpoint.Invalidator { return touchedInval{m} }},
-	{"full", func(m *Mount) checkpoint.Invalidator { return fullInval{m} }},
+// underBothInvalidations runs test on a sandbox whose base holds
+// d/base.txt, with a checkpoint manager that drops the kernel's caches
+// after a repoint by what it touched, then with one that drops everything:
+// what a test checks must hold under both.
+func underBothInvalidations(t *testing.T, test func(t *testing.T, sb *sandbox, mgr *checkpoint.Manager)) {
+	t.Helper()
+	for _, c := range []struct {
+		name  string
+		inval func(m *Mount) checkpoint.Invalidator
+	}{
+		{"touched", func(m *Mount) checkpoint.Invalidator { return touchedInval{m} }},
+		{"full", func(m *Mount) checkpoint.Invalidator { return fullInval{m} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sb := newSandbox(t, func(base string) {
+				writeFile(t, filepath.Join(base, "d", "base.txt"), "base")
+			})
+			test(t, sb, checkpoint.New(sb.store, c.inval(sb.m)))
+		})
+	}
 }
 
 // TestMissingNamesAfterRollback: names looked up while missing are cached
@@ -30,55 +42,49 @@ var invalidators = []struct {
 // that brings them back shows them at once, whether it drops only what it
 // touched or everything.
 func TestMissingNamesAfterRollback(t *testing.T) {
-	for _, c := range invalidators {
-		t.Run(c.name, func(t *testing.T) {
-			sb := newSandbox(t, func(base string) {
-				writeFile(t, filepath.Join(base, "d", "base.txt"), "base")
-			})
-			mgr := checkpoint.New(sb.store, c.inval(sb.m))
-			writeFile(t, sb.path("d/new.txt"), "new")
-			mustNil(t, "mkdir", os.MkdirAll(sb.path("dir/sub"), 0o755))
-			cp, err := mgr.Create(sb.name, checkpoint.Options{})
-			mustNil(t, "checkpoint", err)
-			gone := []string{"d/base.txt", "d/new.txt", "dir", "dir/sub"}
-			mustNil(t, "remove", os.Remove(sb.path("d/base.txt")))
-			mustNil(t, "remove", os.Remove(sb.path("d/new.txt")))
-			mustNil(t, "remove", os.RemoveAll(sb.path("dir")))
-			for _, p := range append(gone, "d/never") {
-				for i := 0; i < 2; i++ {
-					if _, err := os.Lstat(sb.path(p)); !os.IsNotExist(err) {
-						t.Fatalf("%s after remove: got %v, want not found", p, err)
-					}
+	underBothInvalidations(t, func(t *testing.T, sb *sandbox, mgr *checkpoint.Manager) {
+		writeFile(t, sb.path("d/new.txt"), "new")
+		mustNil(t, "mkdir", os.MkdirAll(sb.path("dir/sub"), 0o755))
+		cp, err := mgr.Create(sb.name, checkpoint.Options{})
+		mustNil(t, "checkpoint", err)
+		gone := []string{"d/base.txt", "d/new.txt", "dir", "dir/sub"}
+		mustNil(t, "remove", os.Remove(sb.path("d/base.txt")))
+		mustNil(t, "remove", os.Remove(sb.path("d/new.txt")))
+		mustNil(t, "remove", os.RemoveAll(sb.path("dir")))
+		for _, p := range append(gone, "d/never") {
+			for i := 0; i < 2; i++ {
+				if _, err := os.Lstat(sb.path(p)); !os.IsNotExist(err) {
+					t.Fatalf("%s after remove: got %v, want not found", p, err)
 				}
 			}
-			n := sb.m.negs.len()
-			if n < 3 {
-				t.Fatalf("the mount lets the kernel cache %d missing names, want the ones looked up", n)
+		}
+		n := sb.m.negs.len()
+		if n < 3 {
+			t.Fatalf("the mount lets the kernel cache %d missing names, want the ones looked up", n)
+		}
+		// A name made through the mount is no longer missing: the
+		// kernel knows, and the list forgets it.
+		if _, err := os.Lstat(sb.path("d/later")); !os.IsNotExist(err) {
+			t.Fatalf("d/later: got %v, want not found", err)
+		}
+		writeFile(t, sb.path("d/later"), "later")
+		if got := sb.m.negs.len(); got != n {
+			t.Fatalf("after creating a name looked up as missing: %d names listed, want %d", got, n)
+		}
+		_, err = mgr.Rollback(sb.name, cp.ID)
+		mustNil(t, "rollback", err)
+		for _, p := range gone {
+			if _, err := os.Lstat(sb.path(p)); err != nil {
+				t.Fatalf("%s after rollback: %v", p, err)
 			}
-			// A name made through the mount is no longer missing: the
-			// kernel knows, and the list forgets it.
-			if _, err := os.Lstat(sb.path("d/later")); !os.IsNotExist(err) {
-				t.Fatalf("d/later: got %v, want not found", err)
-			}
-			writeFile(t, sb.path("d/later"), "later")
-			if got := sb.m.negs.len(); got != n {
-				t.Fatalf("after creating a name looked up as missing: %d names listed, want %d", got, n)
-			}
-			_, err = mgr.Rollback(sb.name, cp.ID)
-			mustNil(t, "rollback", err)
-			for _, p := range gone {
-				if _, err := os.Lstat(sb.path(p)); err != nil {
-					t.Fatalf("%s after rollback: %v", p, err)
-				}
-			}
-			if got := readFile(t, sb.path("d/base.txt")); got != "base" {
-				t.Fatalf("d/base.txt after rollback: %q", got)
-			}
-			if _, err := os.Lstat(sb.path("d/never")); !os.IsNotExist(err) {
-				t.Fatalf("d/never after rollback: got %v, want not found", err)
-			}
-		})
-	}
+		}
+		if got := readFile(t, sb.path("d/base.txt")); got != "base" {
+			t.Fatalf("d/base.txt after rollback: %q", got)
+		}
+		if _, err := os.Lstat(sb.path("d/never")); !os.IsNotExist(err) {
+			t.Fatalf("d/never after rollback: got %v, want not found", err)
+		}
+	})
 }
 
 // TestMissingNamesIndex checks the index's rules: a name is recorded once,

@@ -287,25 +287,30 @@ func failingPage(block []byte, crcs []uint32) int {
 
 // blockRecord reads the stored record of one block as it is now.
 func (s *Store) blockRecord(layer string, ino, blk uint64) (blockRef, bool, error) {
-	var ref blockRef
-	found := false
-	err := s.view(func(txn *badger.Txn) error {
-		item, err := txn.Get(keyBlock(layer, ino, blk))
+	val, found, err := s.record(keyBlock(layer, ino, blk))
+	if err != nil || !found {
+		return blockRef{}, false, err
+	}
+	ref, err := decodeBlockRef(val)
+	return ref, err == nil, err
+}
+
+// record reads the value stored under key as it is now; found is false
+// when there is none.
+func (s *Store) record(key []byte) (val []byte, found bool, err error) {
+	err = s.view(func(txn *badger.Txn) error {
+		item, err := txn.Get(key)
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		val, err := item.ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		ref, err = decodeBlockRef(val)
+		val, err = item.ValueCopy(nil)
 		found = err == nil
 		return err
 	})
-	return ref, found, err
+	return val, found, err
 }
 
 func (s *Store) dataDir() string { return path.Dir(s.dataPath("x")) }

@@ -347,7 +347,7 @@ func (v *View) restackLocked(stack []string, changed *changedKeys) error {
 		}()
 	}
 	v.baseLRU = lru
-	v.freed, v.punchable = nil, nil
+	v.freed, v.punchable, v.punchSoon = nil, nil, false
 	v.stack = stack
 	v.zombies = map[uint64]*inodeState{}
 	v.gone = map[uint64]uint64{}

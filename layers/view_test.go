@@ -1026,19 +1026,12 @@ func TestXattrSpace(t *testing.T) {
 	g := mkfile(t, v, RootIno, "g", "")
 	ok(t, "close", v.Close())
 	info, _ := e.store.Sandbox("sb")
-	var rec *Inode
-	ok(t, "record", e.store.view(func(txn *badger.Txn) error {
-		item, err := txn.Get(keyInode(info.Head, g.Ino))
-		if err != nil {
-			return err
-		}
-		b, err := item.ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		rec, err = decodeInode(b)
-		return err
-	}))
+	b, found, err := e.store.record(keyInode(info.Head, g.Ino))
+	if err != nil || !found {
+		t.Fatalf("record of g: found %v, %v", found, err)
+	}
+	rec, err := decodeInode(b)
+	ok(t, "decode", err)
 	rec.XattrsSet = true
 	rec.Xattrs = map[string][]byte{"user.a": make([]byte, MaxXattrSpace), "user.b": []byte("b")}
 	corrupt(t, e.store, keyInode(info.Head, g.Ino), encodeInode(rec))
