@@ -544,6 +544,50 @@ func TestFreezeWhenTheSpareDataFileWent(t *testing.T) {
 	}
 }
 
+// TestSpareMadeWhileTheJournalIsBusy: after a freeze takes the spare data
+// file, the next one is made even while the journal cannot commit (its
+// lock held here, as by a long commit), so the next checkpoint does not
+// create a file on its own critical path. The journal loop made spares
+// once, and behind a busy journal they were missing for every other
+// checkpoint of a benchmark's steady edits.
+func TestSpareMadeWhileTheJournalIsBusy(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	t.Cleanup(func() { v.Close() })
+	spare := func() string {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			v.mu.Lock()
+			p := v.spare
+			v.mu.Unlock()
+			if p != "" {
+				return p
+			}
+		}
+		return ""
+	}
+	if spare() == "" {
+		t.Fatal("the view made no spare data file")
+	}
+	v.cmu.Lock()
+	// A write kicks the journal, which then waits for cmu.
+	mkfile(t, v, RootIno, "f", "x")
+	time.Sleep(3 * journalDelay)
+	// What a freeze does with the spare, while it cannot.
+	layer := NewID()
+	v.mu.Lock()
+	v.useSpareLocked(layer)
+	v.mu.Unlock()
+	got := spare()
+	v.cmu.Unlock()
+	if got == "" {
+		t.Fatal("no spare data file while the journal was busy")
+	}
+	if got == e.store.dataPath(layer) {
+		t.Fatalf("the spare %s is the new layer's own data file", got)
+	}
+}
+
 // TestFreezeWhenABaseFileVanished: the base is not to change under a
 // sandbox; when a base file the layer changed vanishes anyway, the state
 // below the layer cannot be told, and the freeze still goes ahead without
