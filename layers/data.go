@@ -10,7 +10,6 @@ import (
 	"slices"
 	"syscall"
 
-	"github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
 )
 
@@ -611,7 +610,7 @@ func (v *View) BaseFile(ino uint64) (*os.File, error) {
 	}
 	// Frozen records may still differ from the base (mode, size): only an
 	// inode that no layer recorded at all is the base file itself.
-	if v.hasRecordLocked(ino) {
+	if v.recordIn(v.stack, ino) {
 		return nil, nil
 	}
 	fd, err := v.base.open(st.rec.Origin, syscall.O_RDONLY)
@@ -619,20 +618,6 @@ func (v *View) BaseFile(ino uint64) (*os.File, error) {
 		return nil, mapOSErr(err)
 	}
 	return os.NewFile(uintptr(fd), st.rec.Origin), nil
-}
-
-func (v *View) hasRecordLocked(ino uint64) bool {
-	found := false
-	_ = v.s.view(func(txn *badger.Txn) error {
-		for _, l := range v.stack {
-			if _, err := txn.Get(keyInode(l, ino)); err == nil {
-				found = true
-				return nil
-			}
-		}
-		return nil
-	})
-	return found
 }
 
 // Seek finds, at or after off, where the file's next data begins (data

@@ -270,7 +270,10 @@ func (v *View) pointEntry(dir uint64, name string) (*DirEntry, error) {
 	}
 	var found *entry
 	err = v.s.view(func(txn *badger.Txn) error {
-		for _, l := range v.stack {
+		for i, l := range v.stack {
+			if i > 0 && v.lacks(txn, l, dir, true) {
+				continue
+			}
 			item, err := txn.Get(keyEntry(l, dir, name))
 			if errors.Is(err, badger.ErrKeyNotFound) {
 				continue

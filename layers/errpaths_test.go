@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -515,4 +516,57 @@ func TestDataFileSyncErrors(t *testing.T) {
 	wantErr(t, "sync", v.Sync(), syscall.EBADF)
 	_, _, err = e.store.Freeze("sb", noFreezeFn)
 	wantErr(t, "freeze", err, os.ErrClosed)
+}
+
+// TestRemovalTombstones: removing an inode that a lower layer holds leaves
+// its tombstone (its record with no links) in the active layer; one born
+// in the active layer leaves nothing, and the removal asks no lower layer
+// (bornIn), even after many freezes below it.
+func TestRemovalTombstones(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		freezes   int  // freezes before the file is made
+		between   bool // a freeze between making and removing it
+		tombstone bool
+	}{
+		{"born and removed in one layer", 0, false, false},
+		{"born over a deep stack", 40, false, false},
+		{"made below, removed above", 0, true, true},
+		{"made below a deep stack's top", 40, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, MinBlockSize, nil)
+			v := e.view()
+			defer func() { v.Close() }()
+			for i := 0; i < tc.freezes; i++ {
+				mkfile(t, v, RootIno, fmt.Sprintf("k%d", i), "k")
+				_, _, err := e.store.Freeze("sb", noFreezeFn)
+				ok(t, "freeze", err)
+			}
+			f := mkfile(t, v, RootIno, "f", "data")
+			if tc.between {
+				_, _, err := e.store.Freeze("sb", noFreezeFn)
+				ok(t, "freeze", err)
+			}
+			ok(t, "unlink", v.Unlink(RootIno, "f"))
+			ok(t, "sync", v.Sync())
+			info, err := e.store.Sandbox("sb")
+			ok(t, "sandbox", err)
+			val, found, err := e.store.record(keyInode(info.Head, f.Ino))
+			ok(t, "read the record", err)
+			if found != tc.tombstone {
+				t.Fatalf("record of the removed inode in the active layer: found %v, want %v", found, tc.tombstone)
+			}
+			if found {
+				rec, err := decodeInode(val)
+				ok(t, "decode", err)
+				if rec.Nlink != 0 {
+					t.Fatalf("tombstone has %d links, want 0", rec.Nlink)
+				}
+			}
+			v = e.reopen(v)
+			_, err = v.Lookup(RootIno, "f")
+			wantErr(t, "lookup after a restart", err, ErrNotFound)
+		})
+	}
 }

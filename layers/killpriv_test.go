@@ -47,7 +47,7 @@ func TestKillSuidgid(t *testing.T) {
 	}
 	// A file with nothing to drop was not copied up.
 	v.mu.Lock()
-	recorded := v.hasRecordLocked(byName["fe"])
+	recorded := v.recordIn(v.stack, byName["fe"])
 	v.mu.Unlock()
 	if recorded {
 		t.Error("KillSuidgid recorded a file that had nothing to drop")

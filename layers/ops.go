@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -228,7 +229,7 @@ func (v *View) newChild(dir uint64, name string, mode uint32, rdev uint64, targe
 		rec.Target = target
 		rec.Size = int64(len(target))
 	}
-	st := &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}}
+	st := &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}, bornIn: v.activeLayer()}
 	v.pre.inode(st, nil)
 	v.setParent(st, dir, name)
 	v.inodes[ino] = st
@@ -288,7 +289,7 @@ func (v *View) Tmpfile(dir uint64, mode uint32, c Caller) (Attr, error) {
 	if dst.rec.Mode&syscall.S_ISGID != 0 {
 		rec.GID = dst.rec.GID
 	}
-	st := &inodeState{ino: ino, rec: rec, inActive: true, tmp: true, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}}
+	st := &inodeState{ino: ino, rec: rec, inActive: true, tmp: true, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}, bornIn: v.activeLayer()}
 	v.pre.inode(st, nil)
 	v.inodes[ino] = st
 	v.opens[ino]++
@@ -432,17 +433,35 @@ func (v *View) existsBelow(st *inodeState) bool {
 	if st.rec.HasOrigin {
 		return true
 	}
+	if st.bornIn == v.activeLayer() {
+		return false
+	}
+	return v.recordIn(v.stack[1:], st.ino)
+}
+
+// recordIn tells whether a layer of ls (layers of the view's stack) records
+// inode ino. Frozen layers known to lack it are not asked: most layers of
+// a deep stack. A failing read counts as yes, which keeps a tombstone or
+// stays off the base file: safe either way.
+func (v *View) recordIn(ls []string, ino uint64) bool {
 	found := false
-	_ = v.s.view(func(txn *badger.Txn) error {
-		for _, l := range v.stack[1:] {
-			if _, err := txn.Get(keyInode(l, st.ino)); err == nil {
+	err := v.s.view(func(txn *badger.Txn) error {
+		for _, l := range ls {
+			if l != v.activeLayer() && v.lacks(txn, l, ino, false) {
+				continue
+			}
+			_, err := txn.Get(keyInode(l, ino))
+			if err == nil {
 				found = true
 				return nil
+			}
+			if !errors.Is(err, badger.ErrKeyNotFound) {
+				return err
 			}
 		}
 		return nil
 	})
-	return found
+	return found || err != nil
 }
 
 // Unlink removes a non-directory name.

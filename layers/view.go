@@ -97,6 +97,10 @@ type inodeState struct {
 	allocBlocks int64
 	allocKnown  bool
 	purged      bool // its records and blocks left the active layer (purge)
+	// bornIn is the active layer the inode was created in: while that
+	// layer is still the active one, no layer below can hold it (inode
+	// numbers are never used twice), and removing it asks no lower layer.
+	bornIn string
 
 	dirtyRec    bool
 	dirtyBlocks map[uint64]struct{}
@@ -768,8 +772,6 @@ func (v *View) keepFreed(f *os.File, freed []uint64) {
 // so no reader is in a slot being punched and no freeze or rollback closes
 // the data file meanwhile.
 func (v *View) punchPending() {
-	v.ioMu.Lock()
-	defer v.ioMu.Unlock()
 	v.mu.Lock()
 	slots := v.punchable
 	v.punchable = nil
@@ -778,6 +780,18 @@ func (v *View) punchPending() {
 		f = v.files[v.activeLayer()]
 	}
 	v.mu.Unlock()
+	if f == nil || len(slots) == 0 {
+		return
+	}
+	// A reader holds ioMu (shared) from resolving a slot until it has read
+	// it, and no block names these slots any more: once the readers that
+	// began before they were freed are done, nothing reads them again. So
+	// they are punched without holding ioMu, which would stall every read
+	// and write meanwhile (on a file system mounted with discard each
+	// punch waits for the device).
+	v.ioMu.Lock()
+	//lint:ignore SA2001 the empty section is the barrier
+	v.ioMu.Unlock()
 	v.punchLocked(f, slots)
 }
 
@@ -790,24 +804,33 @@ func (v *View) takeFreedLocked() []uint64 {
 }
 
 // punchLocked gives the space of freed slots of data file f back to the
-// file system, runs of adjacent slots in one call. The caller holds ioMu,
-// so no reader is in one of these slots when it turns into a hole.
+// file system, runs of adjacent slots in one call. No reader may be in one
+// of these slots: the caller holds ioMu, or waited for the readers that
+// began before the slots were freed (punchPending). f may be closed
+// meanwhile (a repoint): the descriptor is held while it is used, so a
+// number the kernel gave to another file is never punched.
 func (v *View) punchLocked(f *os.File, slots []uint64) {
 	if f == nil {
 		return
 	}
 	slots = slices.Clone(slots)
 	slices.Sort(slots)
-	for i := 0; i < len(slots); {
-		j := i + 1
-		for j < len(slots) && slots[j] <= slots[j-1]+1 {
-			j++
-		}
-		// Errors are harmless: a file system without hole punching keeps
-		// the space until the layer is collected.
-		_ = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(slots[i])*v.bs, int64(slots[j-1]-slots[i]+1)*v.bs)
-		i = j
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
 	}
+	_ = rc.Control(func(fd uintptr) {
+		for i := 0; i < len(slots); {
+			j := i + 1
+			for j < len(slots) && slots[j] <= slots[j-1]+1 {
+				j++
+			}
+			// Errors are harmless: a file system without hole punching
+			// keeps the space until the layer is collected.
+			_ = unix.Fallocate(int(fd), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(slots[i])*v.bs, int64(slots[j-1]-slots[i]+1)*v.bs)
+			i = j
+		}
+	})
 }
 
 // sealLocked computes the checksums of every written block and queues the
