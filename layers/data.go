@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -276,7 +277,8 @@ func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi int64) (*bl
 			return nil, err
 		}
 		if src.kind != srcZero {
-			old = make([]byte, v.bs)
+			old = getBlockBuf(v.bs)
+			defer putBlockBuf(old)
 			if err := v.read(src, old[:live], 0); err != nil {
 				return nil, err
 			}
@@ -309,6 +311,22 @@ func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi int64) (*bl
 }
 
 var zeroPageCRC = crc32.Checksum(make([]byte, pageSize), castagnoli)
+
+// blockBufs keeps the buffers copy-ups read a block into: a random write
+// into a large file copies a block per write, and a fresh 64 KiB buffer
+// each time was a large allocation for the garbage collector to clear.
+var blockBufs sync.Pool
+
+// getBlockBuf returns a zeroed buffer of bs bytes.
+func getBlockBuf(bs int64) []byte {
+	if p, ok := blockBufs.Get().(*[]byte); ok && int64(len(*p)) == bs {
+		clear(*p)
+		return *p
+	}
+	return make([]byte, bs)
+}
+
+func putBlockBuf(b []byte) { blockBufs.Put(&b) }
 
 // touchPages marks the pages of ref that [lo, hi) of the block covers as
 // changed, so that sealing recomputes only their checksums.
