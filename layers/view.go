@@ -768,9 +768,8 @@ func (v *View) keepFreed(f *os.File, freed []uint64) {
 	}
 }
 
-// punchPending punches the slots whose freeing is durable. It holds ioMu,
-// so no reader is in a slot being punched and no freeze or rollback closes
-// the data file meanwhile.
+// punchPending punches the slots whose freeing is durable, off the view's
+// locks (see below and punchLocked).
 func (v *View) punchPending() {
 	v.mu.Lock()
 	slots := v.punchable
