@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
+	"sort"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -143,6 +145,37 @@ func (b *baseDir) readDir(rel string) ([]baseEntry, error) {
 			out = append(out, baseEntry{name: name, ino: d.Ino, typ: dtToMode(d.Type)})
 		}
 	}
+}
+
+// namesOf finds every path of the base that names inode ino (a file's hard
+// links), in lexical order, by walking the whole base: only a file whose
+// names in the layers and whose origin name all went needs it.
+func (b *baseDir) namesOf(ino uint64) ([]string, error) {
+	var out []string
+	var walk func(rel string) error
+	walk = func(rel string) error {
+		ents, err := b.readDir(rel)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			p := path.Join(rel, e.name)
+			if e.ino == ino && e.typ != syscall.S_IFDIR {
+				out = append(out, p)
+			}
+			if e.typ == syscall.S_IFDIR {
+				if err := walk(p); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(""); err != nil {
+		return nil, err
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 func dtToMode(t uint8) uint32 {

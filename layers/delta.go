@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"syscall"
 
@@ -481,26 +482,53 @@ func (v *View) otherName(ino uint64) (uint64, string, error) {
 		return 0, "", err
 	}
 	if st.rec.HasOrigin {
-		// The name the base gives it, if its directory still has it.
-		name := path.Base(st.rec.Origin)
-		dir := uint64(RootIno)
-		if pdir := path.Dir(st.rec.Origin); pdir != "." && pdir != "" {
-			bst, err := v.base.lstat(pdir)
-			if err != nil {
-				return 0, "", fmt.Errorf("inode %d: %w", ino, mapOSErr(err))
-			}
-			v.origins[bst.Ino] = pdir
-			dir = bst.Ino
+		// The name the base gives it, if its directory still has it; then
+		// its other names in the base (hard links there), which no layer
+		// records while they stay untouched.
+		if dir, name, ok, err := v.baseNameLeft(st.ino, st.rec.Origin); ok || err != nil {
+			return dir, name, err
 		}
-		e, err := v.pointEntry(dir, name)
+		others, err := v.otherBaseNames(st.rec.Origin)
 		if err != nil {
-			return 0, "", err
+			return 0, "", fmt.Errorf("inode %d: %w", ino, mapOSErr(err))
 		}
-		if e != nil && e.Ino == ino {
-			return dir, name, nil
+		for _, p := range others {
+			if dir, name, ok, err := v.baseNameLeft(st.ino, p); ok || err != nil {
+				return dir, name, err
+			}
 		}
 	}
 	return 0, "", fmt.Errorf("inode %d: no name left: %w", ino, ErrNotFound)
+}
+
+// baseNameLeft tells whether base path p still names inode ino in the
+// view, and as which directory and name.
+func (v *View) baseNameLeft(ino uint64, p string) (uint64, string, bool, error) {
+	dir := uint64(RootIno)
+	if pdir := path.Dir(p); pdir != "." && pdir != "" {
+		bst, err := v.base.lstat(pdir)
+		if err != nil {
+			return 0, "", false, fmt.Errorf("inode %d: %w", ino, mapOSErr(err))
+		}
+		v.origins[bst.Ino] = pdir
+		dir = bst.Ino
+	}
+	e, err := v.pointEntry(dir, path.Base(p))
+	if err != nil || e == nil || e.Ino != ino {
+		return 0, "", false, err
+	}
+	return dir, path.Base(p), true, nil
+}
+
+// otherBaseNames are the base's other names of the base file at origin,
+// in lexical order: none unless it has hard links there.
+func (v *View) otherBaseNames(origin string) ([]string, error) {
+	fst, err := v.base.lstat(origin)
+	if err != nil || fst.Nlink < 2 {
+		return nil, nil // gone from the base, or its one name
+	}
+	paths, err := v.base.namesOf(fst.Ino)
+	return slices.DeleteFunc(paths, func(p string) bool { return p == origin }), err
 }
 
 // State is ino's content state in the view (nil: it has no links).

@@ -2,6 +2,7 @@ package layers
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -74,4 +75,58 @@ func TestPathOfAFileWithNoNameLeft(t *testing.T) {
 	_, err := v.pathOf(f.Ino)
 	v.mu.Unlock()
 	wantErr(t, "path of a removed file", err, ErrNotFound)
+}
+
+// TestPathOfABaseFileByItsOtherBaseName: a base file with two names in the
+// base (a hard link there) is renamed in the sandbox, then the new name is
+// removed and taken by another file. Its one name left is its other base
+// name, which no layer records: the path finds it by the base's names,
+// also in a view that has listed nothing (after a restart), as the diff
+// of two checkpoints does. Found by the stress test (seed
+// 1795656464708500338: "no name left").
+func TestPathOfABaseFileByItsOtherBaseName(t *testing.T) {
+	cases := []struct {
+		name    string
+		others  []string // the base file's other names
+		removed string   // one of them, removed in the sandbox too
+		want    string
+	}{
+		{"other name in the same directory", []string{"w0/h"}, "", "w0/h"},
+		{"other name in another directory", []string{"z/deep/h"}, "", "z/deep/h"},
+		{"first other name removed too", []string{"w0/h", "w0/k"}, "h", "w0/k"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, MinBlockSize, func(base string) {
+				put(t, base+"/w0/a", "shared")
+				for _, o := range c.others {
+					ok(t, "mkdir", os.MkdirAll(filepath.Dir(filepath.Join(base, o)), 0o755))
+					ok(t, "base link", os.Link(base+"/w0/a", filepath.Join(base, o)))
+				}
+			})
+			v := e.view()
+			w0 := lookup(t, v, RootIno, "w0")
+			f := lookup(t, v, w0.Ino, "a")
+			ok(t, "rename a b", v.Rename(w0.Ino, "a", w0.Ino, "b", 0))
+			ok(t, "unlink b", v.Unlink(w0.Ino, "b"))
+			mkfile(t, v, w0.Ino, "b", "another file")
+			if c.removed != "" {
+				ok(t, "unlink "+c.removed, v.Unlink(w0.Ino, c.removed))
+			}
+			check := func(when string) {
+				t.Helper()
+				v.mu.Lock()
+				p, err := v.pathOf(f.Ino)
+				v.mu.Unlock()
+				ok(t, when+": path of the file", err)
+				if p != c.want {
+					t.Fatalf("%s: path: got %q, want %s", when, p, c.want)
+				}
+			}
+			check("live")
+			v = e.reopen(v)
+			defer v.Close()
+			check("after a restart")
+		})
+	}
 }
