@@ -29,6 +29,16 @@ func pathOfLocked(v *View, ino uint64) (string, error) {
 	return v.pathOf(ino)
 }
 
+// wantPath fails t unless file ino's path in v is want.
+func wantPath(t *testing.T, v *View, ino uint64, want, when string) {
+	t.Helper()
+	p, err := pathOfLocked(v, ino)
+	ok(t, when+": path", err)
+	if p != want {
+		t.Fatalf("%s: path: got %q, want %q", when, p, want)
+	}
+}
+
 // TestLayerDeltaOverCorruptLayer: a frozen layer whose stored keys or
 // records are damaged has no delta; LayerDelta says which layer and that
 // the store is corrupt, instead of making one up or panicking.
@@ -129,18 +139,10 @@ func TestOtherNameTakesTheFirstName(t *testing.T) {
 			// The newest name, which the record keeps, goes.
 			last := c.links[len(c.links)-1]
 			ok(t, "unlink the newest name", v.Unlink(dirs[last[0]], last[1]))
-			check := func(when string) {
-				t.Helper()
-				p, err := pathOfLocked(v, f.Ino)
-				ok(t, when+": path", err)
-				if p != c.want {
-					t.Fatalf("%s: path: got %q, want %q", when, p, c.want)
-				}
-			}
-			check("live")
+			wantPath(t, v, f.Ino, c.want, "live")
 			v = e.reopen(v)
 			defer v.Close()
-			check("after a restart")
+			wantPath(t, v, f.Ino, c.want, "after a restart")
 		})
 	}
 }

@@ -43,20 +43,10 @@ func TestPathOfAFileWhoseNewestNameWentAway(t *testing.T) {
 			if c.rmdir {
 				ok(t, "rmdir b", v.Rmdir(RootIno, "b"))
 			}
-			check := func(when string) {
-				t.Helper()
-				v.mu.Lock()
-				p, err := v.pathOf(f.Ino)
-				v.mu.Unlock()
-				ok(t, when+": path of the file", err)
-				if p != "a/f" {
-					t.Fatalf("%s: path: got %q, want a/f", when, p)
-				}
-			}
-			check("live")
+			wantPath(t, v, f.Ino, "a/f", "live")
 			v = e.reopen(v)
 			defer v.Close()
-			check("after a restart")
+			wantPath(t, v, f.Ino, "a/f", "after a restart")
 		})
 	}
 }
@@ -113,20 +103,10 @@ func TestPathOfABaseFileByItsOtherBaseName(t *testing.T) {
 			if c.removed != "" {
 				ok(t, "unlink "+c.removed, v.Unlink(w0.Ino, c.removed))
 			}
-			check := func(when string) {
-				t.Helper()
-				v.mu.Lock()
-				p, err := v.pathOf(f.Ino)
-				v.mu.Unlock()
-				ok(t, when+": path of the file", err)
-				if p != c.want {
-					t.Fatalf("%s: path: got %q, want %s", when, p, c.want)
-				}
-			}
-			check("live")
+			wantPath(t, v, f.Ino, c.want, "live")
 			v = e.reopen(v)
 			defer v.Close()
-			check("after a restart")
+			wantPath(t, v, f.Ino, c.want, "after a restart")
 		})
 	}
 }
