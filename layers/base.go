@@ -160,13 +160,12 @@ func (b *baseDir) namesOf(ino uint64) ([]string, error) {
 		}
 		for _, e := range ents {
 			p := path.Join(rel, e.name)
-			if e.ino == ino && e.typ != syscall.S_IFDIR {
-				out = append(out, p)
-			}
 			if e.typ == syscall.S_IFDIR {
 				if err := walk(p); err != nil {
 					return err
 				}
+			} else if e.ino == ino {
+				out = append(out, p)
 			}
 		}
 		return nil

@@ -704,16 +704,17 @@ func (v *View) Sync() error {
 		// A freeze or rollback may close f meanwhile (Sync holds no lock
 		// here): fdatasync keeps it open while it syncs. One that closed
 		// it first had synced it (quiesce), after this seal: the data is
-		// durable, and failing the fsync(2) with EBADF, as this did (the
-		// crash test, 1 run in 17), would be wrong.
-		if err := fdatasync(f); err != nil && !(errors.Is(err, os.ErrClosed) && v.movedOn(f)) {
-			v.releaseJournal(hold)
-			v.keepFreed(f, freed)
-			return fmt.Errorf("sync data: %w", mapOSErr(err))
-		} else if err == nil {
+		// durable, and the fsync(2) must not fail with EBADF.
+		switch err := fdatasync(f); {
+		case err == nil:
 			v.mu.Lock()
 			v.dataSynced = max(v.dataSynced, gen)
 			v.mu.Unlock()
+		case errors.Is(err, os.ErrClosed) && v.movedOn(f):
+		default:
+			v.releaseJournal(hold)
+			v.keepFreed(f, freed)
+			return fmt.Errorf("sync data: %w", mapOSErr(err))
 		}
 	}
 	v.releaseJournal(hold)
