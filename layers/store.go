@@ -81,11 +81,14 @@ type Store struct {
 
 	// commits counts the metadata writes that returned; synced is the
 	// count the last successful Sync covered. A Sync with nothing new to
-	// cover returns at once: badger's Sync flushes its log and value log
-	// whether or not they changed, two device flushes an fsync(2) of an
-	// unchanged file would otherwise pay.
+	// cover returns at once: it flushes badger's logs whether or not they
+	// changed, device flushes an fsync(2) of an unchanged file would
+	// otherwise pay.
 	commits atomic.Uint64
 	synced  atomic.Uint64
+
+	logMu      sync.Mutex
+	vlogSynced uint64 // the newest value log when a Sync last flushed the logs (logsync.go)
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -223,7 +226,7 @@ func (s *Store) Sync() error {
 	if s.synced.Load() >= gen {
 		return nil
 	}
-	if err := s.db.Sync(); err != nil {
+	if err := s.syncLogs(); err != nil {
 		return mapOSErr(err)
 	}
 	for {

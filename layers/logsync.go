@@ -1,0 +1,105 @@
+package layers
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Badger names its write-ahead logs NNNNN.mem (one per memtable, the
+// active one and those not yet flushed to a table) and its value logs
+// NNNNNN.vlog, numbered upwards.
+const (
+	walExt  = ".mem"
+	vlogExt = ".vlog"
+)
+
+// syncLogHook, when set by a test, is called with each log file Sync is
+// about to flush; an error it returns is that file's sync error.
+var syncLogHook func(path string) error
+
+// syncLogs flushes every badger log that may hold a committed write Sync
+// must make durable. badger's own DB.Sync flushes the active memtable's
+// log and the newest value log only: a write that went into a memtable
+// badger has since rotated out (still waiting for its flush to a table),
+// or into a value log it has since moved on from (with SyncWrites off it
+// does not flush one it leaves), would be lost to a power cut after an
+// fsync(2) that reported it durable.
+//
+// Value logs go first: a log entry points into a value log, and a pointer
+// that reached the disk before its value would read as damage.
+func (s *Store) syncLogs() error {
+	meta := filepath.Join(s.dir, "meta")
+	ents, err := os.ReadDir(meta)
+	if err != nil {
+		return fmt.Errorf("sync metadata: %w", err)
+	}
+	var wals []string
+	var vlogs []uint64
+	for _, e := range ents {
+		name := e.Name()
+		switch {
+		case strings.HasSuffix(name, walExt):
+			wals = append(wals, name)
+		case strings.HasSuffix(name, vlogExt):
+			if n, err := strconv.ParseUint(strings.TrimSuffix(name, vlogExt), 10, 64); err == nil {
+				vlogs = append(vlogs, n)
+			}
+		}
+	}
+	sort.Slice(vlogs, func(i, j int) bool { return vlogs[i] < vlogs[j] })
+	s.logMu.Lock()
+	from := s.vlogSynced
+	s.logMu.Unlock()
+	// Every value written since the last Sync went into the value log that
+	// was newest then, or into a newer one.
+	for _, n := range vlogs {
+		if n < from {
+			continue
+		}
+		if err := syncLogFile(filepath.Join(meta, fmt.Sprintf("%06d%s", n, vlogExt))); err != nil {
+			return err
+		}
+	}
+	for _, name := range wals {
+		if err := syncLogFile(filepath.Join(meta, name)); err != nil {
+			return err
+		}
+	}
+	if len(vlogs) > 0 {
+		s.logMu.Lock()
+		s.vlogSynced = max(s.vlogSynced, vlogs[len(vlogs)-1])
+		s.logMu.Unlock()
+	}
+	return nil
+}
+
+// syncLogFile flushes one log file's data. A file badger removed meanwhile
+// needs nothing: a memtable's log goes once its table is written and
+// flushed, a value log once value log GC moved its values on.
+func syncLogFile(path string) error {
+	if syncLogHook != nil {
+		if err := syncLogHook(path); err != nil {
+			return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
+		}
+	}
+	f, err := os.Open(path) // fdatasync needs no write access
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
+	}
+	defer f.Close()
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
