@@ -30,7 +30,10 @@
 // and our privileges allow it. Writable mounts do not use passthrough: once
 // an inode has a passthrough handle the kernel fails every open of it that
 // is not passthrough with EIO, so a process reading a file would lock
-// writers out of it (found by TestConcurrentIOAndCommands).
+// writers out of it (found by TestConcurrentIOAndCommands). The price is
+// the kernel's: without passthrough Linux 6.18 caches a FUSE file in
+// single 4 KiB pages where ext4 uses folios of up to 2 MiB, and a warm
+// read from that cache costs ~1.3-1.6x native (docs/bench.md).
 //
 // # Writes and privileges
 //

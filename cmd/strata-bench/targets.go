@@ -71,7 +71,7 @@ var drivers = []*driver{
 	},
 	{
 		name:  "loopback",
-		about: "go-fuse loopback (1 s entry/attr timeouts, DirectMount) of a copy of the base",
+		about: "go-fuse loopback (1 s entry/attr timeouts, DirectMount; reads through FUSE passthrough) of a copy of the base",
 		check: func(h *harness) error {
 			if h.selfExe == "" {
 				return errors.New("cannot find own executable to serve the loopback")
