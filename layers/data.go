@@ -69,8 +69,27 @@ func (v *View) baseFileLocked(st *inodeState) (*baseHandle, error) {
 		return st.baseFile, nil
 	}
 	fd, err := v.base.open(st.rec.Origin, syscall.O_RDONLY)
+	if errors.Is(err, syscall.ENOENT) {
+		// The base changed under the sandbox (it must not).
+		return nil, fmt.Errorf("base file %s is gone: %w", st.rec.Origin, ErrNotFound)
+	}
 	if err != nil {
 		return nil, mapOSErr(err)
+	}
+	// Another file now at the path, or this one changed since its record
+	// was read from it: reading it would mix two contents into one file.
+	var fst unix.Stat_t
+	if err := unix.Fstat(fd, &fst); err != nil {
+		unix.Close(fd)
+		return nil, mapOSErr(err)
+	}
+	changed := fst.Ino != st.ino
+	if st.bknown {
+		changed = changed || fst.Size != st.bsize || fst.Mtim.Nano() != st.bmtime
+	}
+	if changed {
+		unix.Close(fd)
+		return nil, fmt.Errorf("base file %s changed under the sandbox: %w", st.rec.Origin, ErrStale)
 	}
 	st.baseFile = &baseHandle{f: os.NewFile(uintptr(fd), st.rec.Origin)}
 	st.baseElem = v.baseLRU.PushFront(st)
