@@ -272,12 +272,19 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if flags&2 != 0 { // RENAME_EXCHANGE
 		lf |= layers.RenameExchange
 	}
-	if flags&^3 != 0 {
+	if flags&4 != 0 { // RENAME_WHITEOUT (the kernel checked CAP_MKNOD)
+		lf |= layers.RenameWhiteout
+	}
+	if flags&^7 != 0 {
 		return syscall.EINVAL
 	}
 	to := newParent.EmbeddedInode().StableAttr().Ino
-	if err := n.view().Rename(n.ino(), name, to, newName, lf); err != nil {
+	if err := n.view().RenameWhiteoutAs(n.ino(), name, to, newName, lf, caller(ctx)); err != nil {
 		return toErrno(err)
+	}
+	if lf&layers.RenameWhiteout != 0 {
+		// The old name names the whiteout now, not nothing.
+		n.m.negs.forget(n.ino(), name)
 	}
 	n.m.negs.forget(to, newName)
 	return 0

@@ -524,17 +524,29 @@ func (v *View) remove(dir uint64, name string, isDir bool) error {
 // Rename moves oldname in olddir to newname in newdir (renameat2 semantics
 // with RenameNoReplace and RenameExchange). Directories move like files,
 // whether they come from the base or a layer: only their entry moves.
+// RenameWhiteout needs RenameWhiteoutAs, which knows whose whiteout it is.
 func (v *View) Rename(olddir uint64, oldname string, newdir uint64, newname string, flags uint32) error {
+	return v.RenameWhiteoutAs(olddir, oldname, newdir, newname, flags, Caller{})
+}
+
+// RenameWhiteoutAs is Rename for caller c, who owns the whiteout that
+// RenameWhiteout leaves at the old name.
+func (v *View) RenameWhiteoutAs(olddir uint64, oldname string, newdir uint64, newname string, flags uint32, c Caller) error {
 	if err := checkName(newname); err != nil {
 		return err
 	}
-	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
+	if flags&^(RenameNoReplace|RenameExchange|RenameWhiteout) != 0 || flags&RenameExchange != 0 && flags != RenameExchange {
 		return fmt.Errorf("rename flags %#x: %w", flags, ErrInvalid)
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := v.checkWritable(); err != nil {
 		return err
+	}
+	if flags&RenameWhiteout != 0 {
+		if err := v.s.checkSpace(); err != nil {
+			return err
+		}
 	}
 	od, ost, err := v.getDir(olddir)
 	if err != nil {
@@ -636,8 +648,31 @@ func (v *View) Rename(olddir uint64, oldname string, newdir uint64, newname stri
 		}
 		v.dropLink(b, dstSt)
 	}
+	var wh *inodeState
+	if flags&RenameWhiteout != 0 {
+		// Numbered before anything changes: running out of numbers
+		// leaves the rename undone.
+		ino, err := v.s.nextIno()
+		if err != nil {
+			return err
+		}
+		t := now()
+		rec := &Inode{Mode: syscall.S_IFCHR, UID: c.UID, GID: c.GID, Nlink: 1, Atime: t, Mtime: t, Ctime: t, Floor: -1}
+		if ost.rec.Mode&syscall.S_ISGID != 0 {
+			rec.GID = ost.rec.GID // as any new inode of a set-group-ID directory
+		}
+		wh = &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}, bornIn: v.activeLayer()}
+	}
 	b.setEntry(newdir, nd, newname, se)
-	b.removeEntry(olddir, od, oldname)
+	if wh != nil {
+		v.pre.inode(wh, nil)
+		v.setParent(wh, olddir, oldname)
+		v.inodes[wh.ino] = wh
+		b.putRec(wh)
+		b.setEntry(olddir, od, oldname, entry{Ino: wh.ino, Type: syscall.S_IFCHR})
+	} else {
+		b.removeEntry(olddir, od, oldname)
+	}
 	// The moved inode's record is stored in the active layer so that its
 	// base origin (where its data and entries come from) is kept.
 	v.copyUp(src)

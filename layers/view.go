@@ -62,10 +62,13 @@ type SetAttrIn struct {
 	KillSuidgid bool
 }
 
-// Rename flags, as renameat2 takes them.
+// Rename flags, as renameat2 takes them. RenameWhiteout leaves, in the
+// old name's place, a whiteout: a character device 0:0 owned by the
+// caller (RenameWhiteoutAs), as ext4 makes it for overlayfs.
 const (
 	RenameNoReplace = 1 << 0
 	RenameExchange  = 1 << 1
+	RenameWhiteout  = 1 << 2
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -301,7 +301,7 @@ func TestViewRename(t *testing.T) {
 		{"dir below itself", rename("dir", "dir/sub/x", 0), ErrInvalid, map[string]string{"dir/sub/b": "b"}},
 		{"missing source", rename("nope", "x", 0), ErrNotFound, nil},
 		{"bad new name", rename("file", "a\x00", 0), ErrInvalid, nil},
-		{"bad flags", rename("file", "x", 4), ErrInvalid, nil},
+		{"bad flags", rename("file", "x", 8), ErrInvalid, nil},
 		{"both flags", rename("file", "x", RenameNoReplace|RenameExchange), ErrInvalid, nil},
 		{"noreplace onto a name", rename("file", "dir/a", RenameNoReplace), ErrExists, map[string]string{"dir/a": "a"}},
 		{"noreplace onto a new name", rename("file", "x", RenameNoReplace), nil, map[string]string{"x": "base file"}},
