@@ -55,8 +55,12 @@ func TestSyncFlushesEveryLog(t *testing.T) {
 		}
 		return tx.Set("x/big", big)
 	}))
+	// A file that only looks like a value log is not badger's.
+	junk := filepath.Join(s.dir, "meta", "junk"+vlogExt)
+	ok(t, "add a stray file", os.WriteFile(junk, nil, 0o600))
 	got := recordLogSyncs(t, nil)
 	ok(t, "sync", s.Sync())
+	ok(t, "remove the stray file", os.Remove(junk))
 	wals, vlogs := logFiles(t, s, walExt), logFiles(t, s, vlogExt)
 	if len(wals) == 0 || len(vlogs) == 0 {
 		t.Fatalf("meta holds wals %v, value logs %v: want both", wals, vlogs)
@@ -104,23 +108,23 @@ func TestSyncLogErrors(t *testing.T) {
 	s, err := Open(t.TempDir())
 	ok(t, "open", err)
 	defer s.Close()
-	ok(t, "write", s.Update(func(tx *Txn) error { return tx.Set("x/k", []byte("v")) }))
 	eio := errors.New("injected I/O error")
-	got := recordLogSyncs(t, func(path string) error {
-		if strings.HasSuffix(path, walExt) {
-			return eio
+	for _, ext := range []string{vlogExt, walExt} {
+		ok(t, "write", s.Update(func(tx *Txn) error { return tx.Set("x/k", []byte("v")) }))
+		recordLogSyncs(t, func(path string) error {
+			if strings.HasSuffix(path, ext) {
+				return eio
+			}
+			return nil
+		})
+		if err := s.Sync(); !errors.Is(err, eio) || !strings.Contains(err.Error(), ext) {
+			t.Fatalf("sync with a failing %s file: %v, want its name and %v", ext, err, eio)
 		}
-		return nil
-	})
-	if err := s.Sync(); !errors.Is(err, eio) || !strings.Contains(err.Error(), walExt) {
-		t.Fatalf("sync with a failing log: %v, want the log's name and %v", err, eio)
-	}
-	syncLogHook = nil
-	*got = nil
-	got = recordLogSyncs(t, nil)
-	ok(t, "sync again", s.Sync())
-	if !slices.ContainsFunc(*got, func(p string) bool { return strings.HasSuffix(p, walExt) }) {
-		t.Fatalf("the sync after a failed one flushed %v, no log", *got)
+		got := recordLogSyncs(t, nil)
+		ok(t, "sync again", s.Sync())
+		if !slices.ContainsFunc(*got, func(p string) bool { return strings.HasSuffix(p, ext) }) {
+			t.Fatalf("the sync after one failed on a %s file flushed %v, none", ext, *got)
+		}
 	}
 
 	tests := []struct {

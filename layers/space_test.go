@@ -58,6 +58,7 @@ func TestStoreReserve(t *testing.T) {
 	defer func() { v.Close() }()
 	f := mkfile(t, v, RootIno, "f2", "before")
 	victim := mkfile(t, v, RootIno, "victim", "goes")
+	mkfile(t, v, RootIno, "w", "moves")
 	mkdir(t, v, RootIno, "d")
 	ok(t, "sync", v.Sync())
 	filler := fillTo(t, e.dir, 2<<20) // under the 4 MiB reserve, with room for badger
@@ -72,11 +73,12 @@ func TestStoreReserve(t *testing.T) {
 		{"link", func() error { _, err := v.Link(f.Ino, RootIno, "hard"); return err }},
 		{"setxattr", func() error { return v.SetXattr(f.Ino, "user.k", []byte("v"), 0) }},
 		{"tmpfile", func() error { _, err := v.Tmpfile(RootIno, 0o600, root); return err }},
+		{"rename leaving a whiteout", func() error { return v.RenameWhiteoutAs(RootIno, "w", RootIno, "w2", RenameWhiteout, root) }},
 	}
 	for _, c := range grow {
 		wantErr(t, c.name+" below the reserve", c.op(), ErrNoSpace)
 	}
-	if got := names(t, v, RootIno); !sameStrings(got, []string{"d", "f", "f2", "victim"}) {
+	if got := names(t, v, RootIno); !sameStrings(got, []string{"d", "f", "f2", "victim", "w"}) {
 		t.Fatalf("root after refused creates: got %v", got)
 	}
 	if got := content(t, v, f.Ino); got != "before" {
