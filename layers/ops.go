@@ -616,6 +616,21 @@ func (v *View) RenameWhiteoutAs(olddir uint64, oldname string, newdir uint64, ne
 		b.done()
 		return nil
 	}
+	var wh *inodeState
+	if flags&RenameWhiteout != 0 {
+		// Numbered before anything changes (a refused rename only
+		// skips a number): running out of numbers leaves it undone.
+		ino, err := v.s.nextIno()
+		if err != nil {
+			return err
+		}
+		t := now()
+		rec := &Inode{Mode: syscall.S_IFCHR, UID: c.UID, GID: c.GID, Nlink: 1, Atime: t, Mtime: t, Ctime: t, Floor: -1}
+		if ost.rec.Mode&syscall.S_ISGID != 0 {
+			rec.GID = ost.rec.GID // as any new inode of a set-group-ID directory
+		}
+		wh = &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}, bornIn: v.activeLayer()}
+	}
 	if dstExists {
 		if flags&RenameNoReplace != 0 {
 			return fmt.Errorf("%q: %w", newname, ErrExists)
@@ -647,21 +662,6 @@ func (v *View) RenameWhiteoutAs(olddir uint64, oldname string, newdir uint64, ne
 			nst.rec.Nlink--
 		}
 		v.dropLink(b, dstSt)
-	}
-	var wh *inodeState
-	if flags&RenameWhiteout != 0 {
-		// Numbered before anything changes: running out of numbers
-		// leaves the rename undone.
-		ino, err := v.s.nextIno()
-		if err != nil {
-			return err
-		}
-		t := now()
-		rec := &Inode{Mode: syscall.S_IFCHR, UID: c.UID, GID: c.GID, Nlink: 1, Atime: t, Mtime: t, Ctime: t, Floor: -1}
-		if ost.rec.Mode&syscall.S_ISGID != 0 {
-			rec.GID = ost.rec.GID // as any new inode of a set-group-ID directory
-		}
-		wh = &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}, bornIn: v.activeLayer()}
 	}
 	b.setEntry(newdir, nd, newname, se)
 	if wh != nil {
