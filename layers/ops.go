@@ -184,6 +184,25 @@ func (v *View) setParent(st *inodeState, dir uint64, name string) {
 	}
 }
 
+// newInode numbers a new inode of mode and rdev for caller c, to be named
+// in directory dst, with one link. BSD group semantics in a set-group-ID
+// directory, as Linux does it: dst's group, and its bit for a directory.
+func (v *View) newInode(dst *inodeState, mode uint32, rdev uint64, c Caller) (*inodeState, error) {
+	ino, err := v.s.nextIno()
+	if err != nil {
+		return nil, err
+	}
+	t := now()
+	rec := &Inode{Mode: mode, UID: c.UID, GID: c.GID, Nlink: 1, Rdev: rdev, Atime: t, Mtime: t, Ctime: t, Floor: -1}
+	if dst.rec.Mode&syscall.S_ISGID != 0 {
+		rec.GID = dst.rec.GID
+		if mode&syscall.S_IFMT == syscall.S_IFDIR {
+			rec.Mode |= syscall.S_ISGID
+		}
+	}
+	return &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}, bornIn: v.activeLayer()}, nil
+}
+
 // newChild creates an inode in dir; mode carries the type bits.
 func (v *View) newChild(dir uint64, name string, mode uint32, rdev uint64, target string, c Caller) (Attr, error) {
 	if err := checkName(name); err != nil {
@@ -207,19 +226,11 @@ func (v *View) newChild(dir uint64, name string, mode uint32, rdev uint64, targe
 	if _, ok := d.entries[name]; ok {
 		return Attr{}, fmt.Errorf("%q: %w", name, ErrExists)
 	}
-	ino, err := v.s.nextIno()
+	st, err := v.newInode(dst, mode, rdev, c)
 	if err != nil {
 		return Attr{}, err
 	}
-	t := now()
-	rec := &Inode{Mode: mode, UID: c.UID, GID: c.GID, Nlink: 1, Rdev: rdev, Atime: t, Mtime: t, Ctime: t, Floor: -1}
-	// BSD group semantics in a set-group-ID directory, as Linux does it.
-	if dst.rec.Mode&syscall.S_ISGID != 0 {
-		rec.GID = dst.rec.GID
-		if mode&syscall.S_IFMT == syscall.S_IFDIR {
-			rec.Mode |= syscall.S_ISGID
-		}
-	}
+	ino, rec := st.ino, st.rec
 	typ := mode & syscall.S_IFMT
 	switch typ {
 	case syscall.S_IFDIR:
@@ -229,7 +240,6 @@ func (v *View) newChild(dir uint64, name string, mode uint32, rdev uint64, targe
 		rec.Target = target
 		rec.Size = int64(len(target))
 	}
-	st := &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}, bornIn: v.activeLayer()}
 	v.pre.inode(st, nil)
 	v.setParent(st, dir, name)
 	v.inodes[ino] = st
@@ -280,19 +290,15 @@ func (v *View) Tmpfile(dir uint64, mode uint32, c Caller) (Attr, error) {
 	if err := v.s.checkSpace(); err != nil {
 		return Attr{}, err
 	}
-	ino, err := v.s.nextIno()
+	st, err := v.newInode(dst, syscall.S_IFREG|mode&07777, 0, c)
 	if err != nil {
 		return Attr{}, err
 	}
-	t := now()
-	rec := &Inode{Mode: syscall.S_IFREG | mode&07777, UID: c.UID, GID: c.GID, Atime: t, Mtime: t, Ctime: t, Floor: -1}
-	if dst.rec.Mode&syscall.S_ISGID != 0 {
-		rec.GID = dst.rec.GID
-	}
-	st := &inodeState{ino: ino, rec: rec, inActive: true, tmp: true, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}, bornIn: v.activeLayer()}
+	st.rec.Nlink = 0 // no name yet
+	st.inActive, st.tmp = true, true
 	v.pre.inode(st, nil)
-	v.inodes[ino] = st
-	v.opens[ino]++
+	v.inodes[st.ino] = st
+	v.opens[st.ino]++
 	return v.statAttrLocked(st), nil
 }
 
@@ -620,16 +626,9 @@ func (v *View) RenameWhiteoutAs(olddir uint64, oldname string, newdir uint64, ne
 	if flags&RenameWhiteout != 0 {
 		// Numbered before anything changes (a refused rename only
 		// skips a number): running out of numbers leaves it undone.
-		ino, err := v.s.nextIno()
-		if err != nil {
+		if wh, err = v.newInode(ost, syscall.S_IFCHR, 0, c); err != nil {
 			return err
 		}
-		t := now()
-		rec := &Inode{Mode: syscall.S_IFCHR, UID: c.UID, GID: c.GID, Nlink: 1, Atime: t, Mtime: t, Ctime: t, Floor: -1}
-		if ost.rec.Mode&syscall.S_ISGID != 0 {
-			rec.GID = ost.rec.GID // as any new inode of a set-group-ID directory
-		}
-		wh = &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}, bornIn: v.activeLayer()}
 	}
 	if dstExists {
 		if flags&RenameNoReplace != 0 {
