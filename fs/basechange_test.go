@@ -14,9 +14,7 @@ import (
 func TestBaseFileChangedUnderTheMount(t *testing.T) {
 	sb := newSandbox(t, func(base string) {
 		for _, n := range []string{"replaced", "removed"} {
-			if err := os.WriteFile(filepath.Join(base, n), []byte("the base file"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			writeFile(t, filepath.Join(base, n), "the base file")
 		}
 	})
 	tests := []struct {

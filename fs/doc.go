@@ -33,7 +33,7 @@
 // writers out of it (found by TestConcurrentIOAndCommands). The price is
 // the kernel's: without passthrough Linux 6.18 caches a FUSE file in
 // single 4 KiB pages where ext4 uses folios of up to 2 MiB, and a warm
-// read from that cache costs ~1.3-1.6x native (docs/bench.md).
+// read from that cache costs ~1.2-1.7x native (docs/bench.md).
 //
 // # Writes and privileges
 //

@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -15,9 +14,7 @@ import (
 // file.
 func TestRenameWhiteoutThroughTheMount(t *testing.T) {
 	sb := newSandbox(t, func(base string) {
-		if err := os.WriteFile(filepath.Join(base, "file"), []byte("file"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, filepath.Join(base, "file"), "file")
 	})
 	if err := unix.Renameat2(unix.AT_FDCWD, sb.path("file"), unix.AT_FDCWD, sb.path("moved"), unix.RENAME_WHITEOUT); err != nil {
 		t.Fatalf("renameat2 RENAME_WHITEOUT: %v", err)

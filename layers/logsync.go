@@ -41,8 +41,12 @@ func (s *Store) syncLogs() error {
 	if err != nil {
 		return fmt.Errorf("sync metadata: %w", err)
 	}
+	type vlog struct {
+		n    uint64
+		name string
+	}
 	var wals []string
-	var vlogs []uint64
+	var vlogs []vlog
 	for _, e := range ents {
 		name := e.Name()
 		switch {
@@ -50,21 +54,21 @@ func (s *Store) syncLogs() error {
 			wals = append(wals, name)
 		case strings.HasSuffix(name, vlogExt):
 			if n, err := strconv.ParseUint(strings.TrimSuffix(name, vlogExt), 10, 64); err == nil {
-				vlogs = append(vlogs, n)
+				vlogs = append(vlogs, vlog{n, name})
 			}
 		}
 	}
-	sort.Slice(vlogs, func(i, j int) bool { return vlogs[i] < vlogs[j] })
+	sort.Slice(vlogs, func(i, j int) bool { return vlogs[i].n < vlogs[j].n })
 	s.logMu.Lock()
 	from := s.vlogSynced
 	s.logMu.Unlock()
 	// Every value written since the last Sync went into the value log that
 	// was newest then, or into a newer one.
-	for _, n := range vlogs {
-		if n < from {
+	for _, l := range vlogs {
+		if l.n < from {
 			continue
 		}
-		if err := syncLogFile(filepath.Join(meta, fmt.Sprintf("%06d%s", n, vlogExt))); err != nil {
+		if err := syncLogFile(filepath.Join(meta, l.name)); err != nil {
 			return err
 		}
 	}
@@ -75,7 +79,7 @@ func (s *Store) syncLogs() error {
 	}
 	if len(vlogs) > 0 {
 		s.logMu.Lock()
-		s.vlogSynced = max(s.vlogSynced, vlogs[len(vlogs)-1])
+		s.vlogSynced = max(s.vlogSynced, vlogs[len(vlogs)-1].n)
 		s.logMu.Unlock()
 	}
 	return nil
@@ -85,9 +89,16 @@ func (s *Store) syncLogs() error {
 // needs nothing: a memtable's log goes once its table is written and
 // flushed, a value log once value log GC moved its values on.
 func syncLogFile(path string) error {
+	if err := flushLogFile(path); err != nil {
+		return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+func flushLogFile(path string) error {
 	if syncLogHook != nil {
 		if err := syncLogHook(path); err != nil {
-			return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
+			return err
 		}
 	}
 	f, err := os.Open(path) // fdatasync needs no write access
@@ -95,11 +106,8 @@ func syncLogFile(path string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
+		return err
 	}
 	defer f.Close()
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
-	}
-	return nil
+	return unix.Fdatasync(int(f.Fd()))
 }

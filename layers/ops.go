@@ -206,6 +206,16 @@ func (v *View) newInode(dst *inodeState, mode uint32, rdev uint64, c Caller) (*i
 	return &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}, bornIn: v.activeLayer()}, nil
 }
 
+// nameNewLocked records st, an inode newInode made, and names it name in
+// directory dir (d its listing), in batch b.
+func (v *View) nameNewLocked(b *batch, st *inodeState, dir uint64, d *dirState, name string) {
+	v.pre.inode(st, nil)
+	v.setParent(st, dir, name)
+	v.inodes[st.ino] = st
+	b.putRec(st)
+	b.setEntry(dir, d, name, entry{Ino: st.ino, Type: st.rec.Mode & syscall.S_IFMT})
+}
+
 // newChild creates an inode in dir; mode carries the type bits.
 func (v *View) newChild(dir uint64, name string, mode uint32, rdev uint64, target string, c Caller) (Attr, error) {
 	if err := checkName(name); err != nil {
@@ -243,15 +253,11 @@ func (v *View) newChild(dir uint64, name string, mode uint32, rdev uint64, targe
 		rec.Target = target
 		rec.Size = int64(len(target))
 	}
-	v.pre.inode(st, nil)
-	v.setParent(st, dir, name)
-	v.inodes[ino] = st
 	if typ == syscall.S_IFDIR {
 		v.dirs[ino] = &dirState{entries: map[string]entry{}, below: map[string]bool{}}
 	}
 	b := &batch{v: v}
-	b.putRec(st)
-	b.setEntry(dir, d, name, entry{Ino: ino, Type: typ})
+	v.nameNewLocked(b, st, dir, d, name)
 	v.copyUp(dst)
 	if typ == syscall.S_IFDIR {
 		dst.rec.Nlink++
@@ -667,11 +673,7 @@ func (v *View) RenameWhiteoutAs(olddir uint64, oldname string, newdir uint64, ne
 	}
 	b.setEntry(newdir, nd, newname, se)
 	if wh != nil {
-		v.pre.inode(wh, nil)
-		v.setParent(wh, olddir, oldname)
-		v.inodes[wh.ino] = wh
-		b.putRec(wh)
-		b.setEntry(olddir, od, oldname, entry{Ino: wh.ino, Type: syscall.S_IFCHR})
+		v.nameNewLocked(b, wh, olddir, od, oldname)
 	} else {
 		b.removeEntry(olddir, od, oldname)
 	}
