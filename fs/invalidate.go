@@ -32,38 +32,68 @@ func (m *Mount) Invalidate() int {
 
 // InvalidateTouched is Invalidate for a repoint that told what it touched
 // (layers.Changes.Touched): only the inodes and directories named there
-// are dropped, so the cost follows what changed, not what the kernel
+// are dropped, and in a directory only the names whose entries changed
+// (Touched.Names), so the cost follows what changed, not what the kernel
 // knows. The same rules apply: call it after the view was repointed, from
 // outside any FUSE request.
 func (m *Mount) InvalidateTouched(t layers.Touched) int {
 	sent := 0
-	seen := map[*gofs.Inode]bool{}
-	each := func(ino uint64) {
-		list := m.index.known(ino)
-		if ino == layers.RootIno {
-			list = append(list, &m.root.Inode)
+	dropped := map[*gofs.Inode]bool{}
+	content := func(n *gofs.Inode) {
+		if !dropped[n] {
+			dropped[n] = true
+			n.NotifyContent(0, 0)
+			sent++
 		}
-		for _, n := range list {
-			if !seen[n] {
-				seen[n] = true
-				sent += notifyInode(n, nil)
-			}
-		}
-	}
-	for _, ino := range t.Dirs {
-		each(ino)
 	}
 	for _, ino := range t.Inodes {
-		each(ino)
+		for _, n := range m.nodesOf(ino) {
+			content(n)
+		}
+	}
+	var unnamed []uint64
+	for _, dir := range t.Dirs {
+		names, named := t.Names[dir]
+		if !named {
+			unnamed = append(unnamed, dir)
+		}
+		for _, n := range m.nodesOf(dir) {
+			content(n)
+			if !named {
+				for name := range n.Children() {
+					n.NotifyEntry(name)
+					sent++
+				}
+				continue
+			}
+			// A changed name may be cached as a child or as missing:
+			// either way the kernel asks again.
+			for _, name := range names {
+				n.NotifyEntry(name)
+				sent++
+			}
+		}
+		for _, name := range names {
+			m.negs.forget(dir, name)
+		}
 	}
 	// A name missing before may exist now only in a directory whose
 	// entries changed.
-	return sent + m.dropMissing(m.negs.take(t.Dirs, false))
+	return sent + m.dropMissing(m.negs.take(unnamed, false))
+}
+
+// nodesOf is every inode of the tree the kernel knows under number ino.
+func (m *Mount) nodesOf(ino uint64) []*gofs.Inode {
+	list := m.index.known(ino)
+	if ino == layers.RootIno {
+		list = append(list, &m.root.Inode)
+	}
+	return list
 }
 
 // notifyInode drops n's attributes and pages and, for a directory, the
-// entries the kernel holds in it; child, when not nil, is called with
-// each child inode. It returns the number of notifications sent.
+// entries the kernel holds in it; child is called with each child inode.
+// It returns the number of notifications sent.
 func notifyInode(n *gofs.Inode, child func(*gofs.Inode)) int {
 	n.NotifyContent(0, 0)
 	sent := 1
@@ -73,9 +103,7 @@ func notifyInode(n *gofs.Inode, child func(*gofs.Inode)) int {
 	for name, ch := range n.Children() {
 		n.NotifyEntry(name)
 		sent++
-		if child != nil {
-			child(ch)
-		}
+		child(ch)
 	}
 	return sent
 }

@@ -6,8 +6,6 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-
-	"github.com/strata-sandbox/strata/layers"
 )
 
 // negatives are the names a lookup found missing and the kernel was let
@@ -120,11 +118,7 @@ func (n *node) cacheMissing(name string, epoch uint64, out *fuse.EntryOut) {
 func (m *Mount) dropMissing(taken map[uint64]map[string]struct{}) int {
 	sent := 0
 	for dir, names := range taken {
-		list := m.index.known(dir)
-		if dir == layers.RootIno {
-			list = append(list, &m.root.Inode)
-		}
-		for _, in := range list {
+		for _, in := range m.nodesOf(dir) {
 			sent += notifyNames(in, names)
 		}
 	}

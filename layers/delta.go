@@ -63,6 +63,11 @@ type Changes struct {
 type Touched struct {
 	Inodes []uint64
 	Dirs   []uint64
+	// Names lists, for a directory of Dirs, the names whose entries those
+	// layers hold: every other name is the same in both states, so a
+	// cache of it stays right. A directory Names lacks may differ in any
+	// name.
+	Names map[uint64][]string
 }
 
 // Compare lists what differs between the stacks topped by layers from and

@@ -138,7 +138,7 @@ func (d *LayerDelta) keySet() *keySet {
 
 // keys are the inodes and directories the layer records.
 func (d *LayerDelta) keys() *changedKeys {
-	c := &changedKeys{inodes: make(map[uint64]bool, len(d.Inodes)), dirs: map[uint64]bool{}}
+	c := newChangedKeys(len(d.Inodes))
 	d.addKeys(c)
 	return c
 }
@@ -148,7 +148,12 @@ func (d *LayerDelta) addKeys(c *changedKeys) {
 		c.inodes[ic.Ino] = true
 	}
 	for _, ec := range d.Entries {
-		c.dirs[ec.Dir] = true
+		names := c.dirs[ec.Dir]
+		if names == nil {
+			names = map[string]struct{}{}
+			c.dirs[ec.Dir] = names
+		}
+		names[ec.Name] = struct{}{}
 	}
 }
 
@@ -574,7 +579,7 @@ func (v *View) diffLocked(to string, dA *LayerDelta) (*repointDiff, error) {
 	}
 	inodes := map[uint64]*inodeSides{}
 	entries := map[entryKey]*entrySides{}
-	changed := &changedKeys{inodes: map[uint64]bool{}, dirs: map[uint64]bool{}}
+	changed := newChangedKeys(0)
 	// Layers bottom up, so the topmost record of a key wins; the state
 	// below the first layer that records it is the shared state.
 	compose := func(ls []string, from bool) error {
@@ -775,12 +780,21 @@ func (rd *repointDiff) finishLocked(v *View) (*Changes, error) {
 
 // touched lists the keys as Changes.Touched does.
 func (c *changedKeys) touched() *Touched {
-	t := &Touched{Inodes: make([]uint64, 0, len(c.inodes)), Dirs: make([]uint64, 0, len(c.dirs))}
+	t := &Touched{
+		Inodes: make([]uint64, 0, len(c.inodes)),
+		Dirs:   make([]uint64, 0, len(c.dirs)),
+		Names:  make(map[uint64][]string, len(c.dirs)),
+	}
 	for ino := range c.inodes {
 		t.Inodes = append(t.Inodes, ino)
 	}
-	for ino := range c.dirs {
+	for ino, names := range c.dirs {
 		t.Dirs = append(t.Dirs, ino)
+		list := make([]string, 0, len(names))
+		for name := range names {
+			list = append(list, name)
+		}
+		t.Names[ino] = list
 	}
 	return t
 }

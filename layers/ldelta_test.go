@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"testing"
@@ -291,6 +292,15 @@ func touchedCovers(t *testing.T, what string, ch Changes) {
 	for _, c := range ch.Entries {
 		if !dirs[c.Dir] {
 			t.Errorf("%s: entry %q of %d changed but its directory is not named touched", what, c.Name, c.Dir)
+		}
+		// A live mount tells the kernel about these names only.
+		if names, ok := ch.Touched.Names[c.Dir]; !ok || !slices.Contains(names, c.Name) {
+			t.Errorf("%s: entry %q of %d changed but is not among its directory's touched names %q", what, c.Name, c.Dir, names)
+		}
+	}
+	for _, d := range ch.Touched.Dirs {
+		if _, ok := ch.Touched.Names[d]; !ok {
+			t.Errorf("%s: directory %d is touched without its names", what, d)
 		}
 	}
 }

@@ -295,7 +295,12 @@ func (v *View) setStackLocked(stack []string) error { return v.restackLocked(sta
 // reload of the whole working set.
 type changedKeys struct {
 	inodes map[uint64]bool
-	dirs   map[uint64]bool
+	// dirs holds, for each directory, the names whose entries changed.
+	dirs map[uint64]map[string]struct{}
+}
+
+func newChangedKeys(inodes int) *changedKeys {
+	return &changedKeys{inodes: make(map[uint64]bool, inodes), dirs: map[uint64]map[string]struct{}{}}
 }
 
 // restackLocked is setStackLocked keeping, when changed is not nil, the
