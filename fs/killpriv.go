@@ -44,6 +44,17 @@ func (k *killprivFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]b
 	return k.RawFileSystem.Writev(cancel, in, data)
 }
 
+// SetXAttr passes SETXATTR_ACL_KILL_SGID (FUSE_SETXATTR_EXT) the same way:
+// an access ACL set by a caller outside the file's group and without
+// CAP_FSETID drops set-group-ID.
+func (k *killprivFS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	if in.SetXAttrFlags&fuse.SETXATTR_ACL_KILL_SGID != 0 {
+		k.mark(cancel)
+		defer k.unmark(cancel)
+	}
+	return k.RawFileSystem.SetXAttr(cancel, in, attr, data)
+}
+
 func (k *killprivFS) mark(cancel <-chan struct{}) {
 	k.pending.Add(1)
 	k.kills.Store(cancel, struct{}{})
@@ -54,7 +65,8 @@ func (k *killprivFS) unmark(cancel <-chan struct{}) {
 	k.pending.Add(-1)
 }
 
-// mustKill tells whether the write request of ctx must drop privileges.
+// mustKill tells whether the write or setxattr request of ctx must drop
+// privileges.
 func (k *killprivFS) mustKill(ctx context.Context) bool {
 	if k.pending.Load() == 0 {
 		return false

@@ -38,6 +38,7 @@ type Mount struct {
 	index       inodeIndex // the inodes the kernel may hold, by number
 	negs        negatives  // the missing names the kernel may hold
 	raw         *killprivFS
+	umasks      *umaskFS
 }
 
 // Timeouts of the kernel's caches. Only this process changes the tree, and
@@ -75,8 +76,11 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 			MaxWrite:     1 << 20,
 			MaxReadAhead: 1 << 20,
 			Debug:        o.Debug,
-			// See killpriv.go.
-			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
+			// See killpriv.go and umask.go.
+			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
+			// POSIX ACLs: the kernel checks access against them; the
+			// view keeps them in step with the mode (layers/acl.go).
+			EnableAcl: true,
 		},
 		EntryTimeout:    &entryTimeout,
 		AttrTimeout:     &attrTimeout,
@@ -86,7 +90,8 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 		NullPermissions: true,
 	}
 	// gofs.Mount, with the raw file system wrapped (killpriv.go, noflush.go).
-	m.raw = &killprivFS{RawFileSystem: noFlushFS{gofs.NewNodeFS(m.root, opts)}}
+	m.umasks = &umaskFS{RawFileSystem: noFlushFS{gofs.NewNodeFS(m.root, opts)}}
+	m.raw = &killprivFS{RawFileSystem: m.umasks}
 	server, err := fuse.NewServer(m.raw, dir, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)

@@ -81,11 +81,17 @@ func (n *node) child(ctx context.Context, a layers.Attr, out *fuse.EntryOut) *go
 	return ch
 }
 
-func caller(ctx context.Context) layers.Caller {
+// caller is who asks in ctx: the owner of what it creates, and, for a
+// request that creates, the umask the view applies (umask.go).
+func (n *node) caller(ctx context.Context) layers.Caller {
+	var lc layers.Caller
 	if c, ok := fuse.FromContext(ctx); ok {
-		return layers.Caller{UID: c.Uid, GID: c.Gid}
+		lc.UID, lc.GID = c.Uid, c.Gid
 	}
-	return layers.Caller{}
+	if n.m.umasks != nil {
+		lc.Umask, lc.HasUmask = n.m.umasks.umask(ctx)
+	}
+	return lc
 }
 
 // Lookup finds a child by name.
@@ -171,7 +177,7 @@ func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 
 // Mkdir creates a directory.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	a, err := n.view().Mkdir(n.ino(), name, mode, caller(ctx))
+	a, err := n.view().Mkdir(n.ino(), name, mode, n.caller(ctx))
 	if err != nil {
 		return nil, toErrno(err)
 	}
@@ -181,7 +187,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 
 // Mknod creates a fifo, socket, device or regular file.
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	a, err := n.view().Mknod(n.ino(), name, mode, uint64(dev), caller(ctx))
+	a, err := n.view().Mknod(n.ino(), name, mode, uint64(dev), n.caller(ctx))
 	if err != nil {
 		return nil, toErrno(err)
 	}
@@ -191,7 +197,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 
 // Create creates and opens a regular file.
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	a, err := n.view().Mknod(n.ino(), name, syscall.S_IFREG|mode&07777, 0, caller(ctx))
+	a, err := n.view().Mknod(n.ino(), name, syscall.S_IFREG|mode&07777, 0, n.caller(ctx))
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
@@ -207,7 +213,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 
 // Tmpfile creates an open file with no name (O_TMPFILE).
 func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	a, err := n.view().Tmpfile(n.ino(), mode, caller(ctx))
+	a, err := n.view().Tmpfile(n.ino(), mode, n.caller(ctx))
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
@@ -231,7 +237,7 @@ func (n *node) OnForget() {
 
 // Symlink creates a symlink.
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	a, err := n.view().Symlink(n.ino(), name, target, caller(ctx))
+	a, err := n.view().Symlink(n.ino(), name, target, n.caller(ctx))
 	if err != nil {
 		return nil, toErrno(err)
 	}
@@ -279,7 +285,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		return syscall.EINVAL
 	}
 	to := newParent.EmbeddedInode().StableAttr().Ino
-	if err := n.view().RenameWhiteoutAs(n.ino(), name, to, newName, lf, caller(ctx)); err != nil {
+	if err := n.view().RenameWhiteoutAs(n.ino(), name, to, newName, lf, n.caller(ctx)); err != nil {
 		return toErrno(err)
 	}
 	if lf&layers.RenameWhiteout != 0 {
@@ -318,6 +324,10 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
 	if data == nil {
 		data = []byte{}
+	}
+	flags &= layers.XattrCreate | layers.XattrReplace
+	if attr == layers.XattrACLAccess && n.m.raw != nil && n.m.raw.mustKill(ctx) {
+		flags |= layers.XattrKillSgid
 	}
 	return toErrno(n.view().SetXattr(n.ino(), attr, data, flags))
 }

@@ -3,6 +3,7 @@ package layers
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -191,12 +192,19 @@ func (v *View) setParent(st *inodeState, dir uint64, name string) {
 // in directory dst, with one link. BSD group semantics in a set-group-ID
 // directory, as Linux does it: dst's group, and its bit for a directory.
 func (v *View) newInode(dst *inodeState, mode uint32, rdev uint64, c Caller) (*inodeState, error) {
+	xs, err := v.inheritedLocked(dst, &mode, c)
+	if err != nil {
+		return nil, err
+	}
 	ino, err := v.s.nextIno()
 	if err != nil {
 		return nil, err
 	}
 	t := now()
 	rec := &Inode{Mode: mode, UID: c.UID, GID: c.GID, Nlink: 1, Rdev: rdev, Atime: t, Mtime: t, Ctime: t, Floor: -1}
+	if xs != nil {
+		rec.Xattrs, rec.XattrsSet, rec.xattrNames = xs, true, sortedNames(xs)
+	}
 	if dst.rec.Mode&syscall.S_ISGID != 0 {
 		rec.GID = dst.rec.GID
 		if mode&syscall.S_IFMT == syscall.S_IFDIR {
@@ -204,6 +212,45 @@ func (v *View) newInode(dst *inodeState, mode uint32, rdev uint64, c Caller) (*i
 		}
 	}
 	return &inodeState{ino: ino, rec: rec, blocksLoaded: true, active: map[uint64]*blockRef{}, frozen: map[uint64]frozenRef{}, bornIn: v.activeLayer()}, nil
+}
+
+// inheritedLocked is the attributes a new inode of *mode in directory
+// dst starts with: the ACLs dst's default ACL hands down (nil: none), with
+// *mode limited by them, or else by c's umask. Symlinks take neither, as
+// on Linux.
+func (v *View) inheritedLocked(dst *inodeState, mode *uint32, c Caller) (map[string][]byte, error) {
+	if *mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return nil, nil
+	}
+	dxs, err := v.xattrsLocked(dst)
+	if err != nil {
+		return nil, err
+	}
+	var def []aclEntry
+	b, ok := dxs[XattrACLDefault]
+	if ok {
+		// One that does not parse (a base directory's) hands nothing down.
+		def, _ = parseACL(b)
+	}
+	if def == nil {
+		if c.HasUmask {
+			*mode &^= c.Umask & 0o777
+		}
+		return nil, nil
+	}
+	access, m := inheritACL(def, *mode)
+	*mode = m
+	xs := map[string][]byte{}
+	if access != nil {
+		xs[XattrACLAccess] = encodeACL(access)
+	}
+	if *mode&syscall.S_IFMT == syscall.S_IFDIR {
+		xs[XattrACLDefault] = b
+	}
+	if len(xs) == 0 {
+		return nil, nil
+	}
+	return xs, nil
 }
 
 // nameNewLocked records st, an inode newInode made, and names it name in
@@ -763,6 +810,18 @@ func (v *View) SetAttr(ino uint64, in SetAttrIn) (Attr, error) {
 	if err != nil {
 		return Attr{}, err
 	}
+	// chmod(2) rewrites an access ACL to the new bits.
+	var acl []aclEntry
+	var xs map[string][]byte
+	if in.Mode != nil {
+		if xs, err = v.xattrsLocked(st); err != nil {
+			return Attr{}, err
+		}
+		if b, ok := xs[XattrACLAccess]; ok {
+			// One that does not parse (a base file's) is left as it is.
+			acl, _ = parseACL(b)
+		}
+	}
 	if in.Size != nil {
 		if st.rec.Mode&syscall.S_IFMT != syscall.S_IFREG {
 			if st.rec.Mode&syscall.S_IFMT == syscall.S_IFDIR {
@@ -777,6 +836,12 @@ func (v *View) SetAttr(ino uint64, in SetAttrIn) (Attr, error) {
 	v.copyUp(st)
 	if in.Mode != nil {
 		st.rec.Mode = st.rec.Mode&syscall.S_IFMT | *in.Mode&07777
+		if acl != nil {
+			next := maps.Clone(xs)
+			next[XattrACLAccess] = encodeACL(chmodACL(acl, st.rec.Mode))
+			st.rec.Xattrs, st.rec.XattrsSet = next, true
+			st.rec.xattrNames, st.rec.xattrEnc = sortedNames(next), nil
+		}
 	}
 	if in.UID != nil {
 		st.rec.UID = *in.UID
@@ -843,7 +908,7 @@ func (v *View) KillSuidgid(ino uint64) error {
 // ---- extended attributes ---------------------------------------------------
 
 func xattrAllowed(name string) bool {
-	return strings.HasPrefix(name, "user.") || strings.HasPrefix(name, "trusted.") || strings.HasPrefix(name, "security.")
+	return strings.HasPrefix(name, "user.") || strings.HasPrefix(name, "trusted.") || strings.HasPrefix(name, "security.") || isACL(name)
 }
 
 // MaxXattrValue is the largest value one extended attribute may have.
@@ -934,6 +999,10 @@ func (v *View) ListXattr(ino uint64) ([]string, error) {
 const (
 	XattrCreate  = 1
 	XattrReplace = 2
+	// XattrKillSgid, with an access ACL, also drops set-group-ID: the
+	// kernel asks it when the caller is not in the file's group and
+	// lacks CAP_FSETID, as ext4 does it itself.
+	XattrKillSgid = 1 << 16
 )
 
 // SetXattr sets (val != nil) or removes (val == nil) an extended attribute.
@@ -962,6 +1031,19 @@ func (v *View) SetXattr(ino uint64, name string, val []byte, flags uint32) error
 	xs, err := v.xattrsLocked(st)
 	if err != nil {
 		return err
+	}
+	if isACL(name) {
+		next, mode, err := setACLLocked(st, xs, name, val, flags&XattrKillSgid != 0)
+		if err != nil {
+			return fmt.Errorf("xattr %q: %w", name, err)
+		}
+		if n := xattrSpace(next); n > MaxXattrSpace && n > xattrSpace(xs) {
+			return fmt.Errorf("xattr %q: the inode's attributes would take %d bytes, over %d: %w", name, n, MaxXattrSpace, ErrNoSpace)
+		}
+		v.copyUp(st)
+		st.rec.Mode = mode
+		v.putXattrsLocked(st, next, nil)
+		return nil
 	}
 	_, exists := xs[name]
 	switch {
@@ -1003,10 +1085,17 @@ func (v *View) SetXattr(ino uint64, name string, val []byte, flags uint32) error
 		}
 	}
 	v.copyUp(st)
+	v.putXattrsLocked(st, next, names)
+	return nil
+}
+
+// putXattrsLocked gives st (copied up) the attributes xs, whose names in
+// order are names (nil: not known yet), and records it.
+func (v *View) putXattrsLocked(st *inodeState, xs map[string][]byte, names []string) {
 	if names == nil {
-		names = sortedNames(next)
+		names = sortedNames(xs)
 	}
-	st.rec.Xattrs = next
+	st.rec.Xattrs = xs
 	st.rec.XattrsSet = true
 	st.rec.xattrNames = names
 	st.rec.xattrEnc = nil
@@ -1014,7 +1103,6 @@ func (v *View) SetXattr(ino uint64, name string, val []byte, flags uint32) error
 	b := &batch{v: v}
 	b.putRec(st)
 	b.done()
-	return nil
 }
 
 // ---- opens -----------------------------------------------------------------

@@ -46,7 +46,15 @@ type DirEntry struct {
 }
 
 // Caller is who asks for a new inode: it becomes the owner.
-type Caller struct{ UID, GID uint32 }
+type Caller struct {
+	UID, GID uint32
+	// Umask, when HasUmask is set, is the caller's umask, not yet applied
+	// to the mode of what it creates: the view applies it unless the
+	// directory's default ACL stands in for it, as POSIX asks. Without
+	// it the mode is taken as already masked.
+	Umask    uint32
+	HasUmask bool
+}
 
 // SetAttrIn says which attributes SetAttr changes; nil fields stay.
 type SetAttrIn struct {
