@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/cucumber/godog"
@@ -26,6 +28,49 @@ func initFileSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^"([^"]*)" and "([^"]*)" in the mount are one inode with (\d+) links$`, oneInode)
 	sc.Step(`^I note the inode numbers of every file in the mount$`, noteInodes)
 	sc.Step(`^every file in the mount has the inode number I noted$`, sameInodes)
+	sc.Step(`^I run setfacl (.+) on "([^"]*)" in the mount$`, setfacl)
+	sc.Step(`^getfacl of "([^"]*)" in the mount shows "([^"]*)"$`, getfaclShows)
+	sc.Step(`^"([^"]*)" in the mount has the mode (\d+)$`, hasMode)
+}
+
+// setfacl runs the setfacl(1) of the acl package with args on rel. The
+// scenario is skipped where the package is missing, but not under CI,
+// whose .ci/run installs it.
+func setfacl(ctx context.Context, args, rel string) error {
+	if _, err := exec.LookPath("setfacl"); err != nil && os.Getenv("CI") != "true" {
+		return fmt.Errorf("setfacl is not installed (Debian package acl): %w", godog.ErrSkip)
+	}
+	cmd := exec.Command("setfacl", append(strings.Fields(args), getWorld(ctx).path(rel))...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("setfacl %s %s: %v: %s", args, rel, err, out)
+	}
+	return nil
+}
+
+func getfaclShows(ctx context.Context, rel, want string) error {
+	out, err := exec.Command("getfacl", "-n", "-p", getWorld(ctx).path(rel)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("getfacl %s: %v: %s", rel, err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		// An entry the mask narrows carries "\t#effective:...".
+		entry, _, _ := strings.Cut(line, "\t")
+		if strings.TrimSpace(entry) == want {
+			return nil
+		}
+	}
+	return fmt.Errorf("getfacl %s shows no line %q:\n%s", rel, want, out)
+}
+
+func hasMode(ctx context.Context, rel, mode string) error {
+	st, err := stat(getWorld(ctx).path(rel))
+	if err != nil {
+		return err
+	}
+	if got := fmt.Sprintf("%o", st.Mode&0o7777); got != mode {
+		return fmt.Errorf("%s: mode %s, want %s", rel, got, mode)
+	}
+	return nil
 }
 
 func writeFile(ctx context.Context, content, rel string) error {

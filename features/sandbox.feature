@@ -63,6 +63,23 @@ Feature: Sandboxes mounted through FUSE
     And "src/new.link" in the mount contains "hello"
     And the base is unchanged
 
+  Scenario: Access control lists are kept and handed down
+    When I run setfacl -m u:1000:rw on "README.md" in the mount
+    Then getfacl of "README.md" in the mount shows "user:1000:rw-"
+    And "README.md" in the mount has the mode 664
+    When I run setfacl -d -m u:1000:rwx,g::rx,o::- on "src" in the mount
+    And I write "package main" to "src/new.go" in the mount
+    And I create the directory "src/sub" in the mount
+    Then getfacl of "src/new.go" in the mount shows "user:1000:rwx"
+    And getfacl of "src/new.go" in the mount shows "mask::r--"
+    And "src/new.go" in the mount has the mode 640
+    And getfacl of "src/sub" in the mount shows "default:user:1000:rwx"
+    When I remount the sandbox "work"
+    Then getfacl of "README.md" in the mount shows "user:1000:rw-"
+    And getfacl of "src/new.go" in the mount shows "user:1000:rwx"
+    And getfacl of "src/sub" in the mount shows "default:user:1000:rwx"
+    And the base is unchanged
+
   Scenario: Mounting an unknown sandbox fails clearly
     When I try to mount the sandbox "nope" at a second mountpoint
     Then the command fails with exit code 1
