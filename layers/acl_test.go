@@ -200,6 +200,14 @@ func TestViewACLs(t *testing.T) {
 	ok(t, "remove absent default ACL of a file", v.SetXattr(f.Ino, XattrACLDefault, nil, 0))
 	wantErr(t, "default ACL on a file", v.SetXattr(f.Ino, XattrACLDefault, namedACL, 0), syscall.EACCES)
 	wantErr(t, "ACL on a symlink", v.SetXattr(l.Ino, XattrACLAccess, namedACL, 0), ErrNotSupported)
+	// ACLs count towards the inode's attribute space.
+	big, err := v.Mknod(RootIno, "big", syscall.S_IFREG|0o644, 0, root)
+	ok(t, "mknod big", err)
+	ok(t, "fill the attribute space", v.SetXattr(big.Ino, "user.fill", make([]byte, MaxXattrSpace-len("user.fill")-1-len(namedACL)), 0))
+	wantErr(t, "ACL past the attribute space", v.SetXattr(big.Ino, XattrACLAccess, namedACL, 0), ErrNoSpace)
+	if m := mode(big.Ino); m != 0o644 {
+		t.Errorf("mode after a refused ACL: %o, want 644", m)
+	}
 	// A caller outside the group drops set-group-ID with an access ACL.
 	sg := uint32(0o2775)
 	_, err = v.SetAttr(f.Ino, SetAttrIn{Mode: &sg})
