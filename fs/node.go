@@ -8,6 +8,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/strata-sandbox/strata/layers"
+	"golang.org/x/sys/unix"
 )
 
 // node is one inode of a mounted sandbox. It holds only its number; the
@@ -38,6 +39,7 @@ var (
 	_ = (gofs.NodeRenamer)((*node)(nil))
 	_ = (gofs.NodeReadlinker)((*node)(nil))
 	_ = (gofs.NodeOpener)((*node)(nil))
+	_ = (gofs.NodeStatxer)((*node)(nil))
 	_ = (gofs.NodeGetxattrer)((*node)(nil))
 	_ = (gofs.NodeSetxattrer)((*node)(nil))
 	_ = (gofs.NodeRemovexattrer)((*node)(nil))
@@ -62,9 +64,42 @@ func fillAttr(out *fuse.Attr, a layers.Attr, blksize uint32) {
 	out.Gid = a.GID
 	out.Rdev = uint32(a.Rdev)
 	out.Blksize = blksize
-	out.Atime, out.Atimensec = uint64(a.Atime/1e9), uint32(a.Atime%1e9)
-	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
-	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
+	out.Atime, out.Atimensec = splitNano(a.Atime)
+	out.Mtime, out.Mtimensec = splitNano(a.Mtime)
+	out.Ctime, out.Ctimensec = splitNano(a.Ctime)
+}
+
+// splitNano splits nanoseconds since the epoch into seconds (two's
+// complement, as the kernel reads them signed) and nanoseconds in
+// [0, 1e9): a time before 1970 keeps a valid nanosecond field.
+func splitNano(ns int64) (uint64, uint32) {
+	sec, nsec := ns/1e9, ns%1e9
+	if nsec < 0 {
+		sec, nsec = sec-1, nsec+1e9
+	}
+	return uint64(sec), uint32(nsec)
+}
+
+// fillStatx is fillAttr for statx(2), with the birth time when known.
+func fillStatx(out *fuse.Statx, a layers.Attr, blksize uint32) {
+	out.Mask = unix.STATX_BASIC_STATS
+	out.Blksize = blksize
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.UID, a.GID
+	out.Mode = uint16(a.Mode)
+	out.Ino = a.Ino
+	out.Size = uint64(a.Size)
+	out.Blocks = uint64(a.Blocks)
+	out.RdevMajor, out.RdevMinor = unix.Major(a.Rdev), unix.Minor(a.Rdev)
+	sx := func(ns int64) fuse.SxTime {
+		sec, nsec := splitNano(ns)
+		return fuse.SxTime{Sec: sec, Nsec: nsec}
+	}
+	out.Atime, out.Mtime, out.Ctime = sx(a.Atime), sx(a.Mtime), sx(a.Ctime)
+	if a.Btime != 0 {
+		out.Mask |= unix.STATX_BTIME
+		out.Btime = sx(a.Btime)
+	}
 }
 
 func (n *node) child(ctx context.Context, a layers.Attr, out *fuse.EntryOut) *gofs.Inode {
@@ -120,6 +155,16 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		return toErrno(err)
 	}
 	fillAttr(&out.Attr, a, n.m.blksize)
+	return 0
+}
+
+// Statx is Getattr for statx(2): the same attributes and the birth time.
+func (n *node) Statx(ctx context.Context, fh gofs.FileHandle, flags, mask uint32, out *fuse.StatxOut) syscall.Errno {
+	a, err := n.view().GetAttr(n.ino())
+	if err != nil {
+		return toErrno(err)
+	}
+	fillStatx(&out.Statx, a, n.m.blksize)
 	return 0
 }
 

@@ -75,16 +75,49 @@ func (b *baseDir) open(rel string, flags int) (int, error) {
 
 // lstat stats rel without following a final symlink.
 func (b *baseDir) lstat(rel string) (unix.Stat_t, error) {
-	var st unix.Stat_t
+	st, _, err := b.lstatx(rel)
+	return st, err
+}
+
+// lstatx is lstat that also tells rel's birth time in nanoseconds (0
+// where the base's file system does not record it): one statx(2).
+func (b *baseDir) lstatx(rel string) (unix.Stat_t, int64, error) {
 	fd, err := b.open(rel, unix.O_PATH)
 	if err != nil {
-		return st, err
+		return unix.Stat_t{}, 0, err
 	}
 	defer unix.Close(fd)
-	if err := unix.Fstat(fd, &st); err != nil {
-		return st, fmt.Errorf("base %s: %w", rel, err)
+	var sx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &sx); err != nil {
+		return unix.Stat_t{}, 0, fmt.Errorf("base %s: %w", rel, err)
 	}
-	return st, nil
+	var btime int64
+	if sx.Mask&unix.STATX_BTIME != 0 {
+		btime = sxNano(sx.Btime)
+	}
+	return statOfStatx(&sx), btime, nil
+}
+
+func sxNano(t unix.StatxTimestamp) int64 { return t.Sec*1e9 + int64(t.Nsec) }
+
+// statOfStatx is the stat(2) form of sx's basic fields.
+func statOfStatx(sx *unix.Statx_t) unix.Stat_t {
+	ts := func(t unix.StatxTimestamp) unix.Timespec { return unix.Timespec{Sec: t.Sec, Nsec: int64(t.Nsec)} }
+	return unix.Stat_t{
+		Dev:     unix.Mkdev(sx.Dev_major, sx.Dev_minor),
+		Ino:     sx.Ino,
+		Nlink:   uint64(sx.Nlink),
+		Mode:    uint32(sx.Mode),
+		Uid:     sx.Uid,
+		Gid:     sx.Gid,
+		Rdev:    unix.Mkdev(sx.Rdev_major, sx.Rdev_minor),
+		Size:    int64(sx.Size),
+		Blksize: int64(sx.Blksize),
+		Blocks:  int64(sx.Blocks),
+		Atim:    ts(sx.Atime),
+		Mtim:    ts(sx.Mtime),
+		Ctim:    ts(sx.Ctime),
+	}
 }
 
 // readlink reads the target of the symlink rel.

@@ -70,7 +70,11 @@ type Inode struct {
 	Rdev                uint64
 	Size                int64
 	Atime, Mtime, Ctime int64 // nanoseconds since the epoch
-	Target              string
+	// Btime is when the inode was made (statx's birth time), in
+	// nanoseconds since the epoch; 0: not known (a base file system that
+	// does not record it, a record stored before it was kept).
+	Btime  int64
+	Target string
 	// Origin is the base-relative path whose data (files) or entries
 	// (directories) show through below the layers; valid when HasOrigin.
 	Origin    string
@@ -135,6 +139,9 @@ func encodeInode(n *Inode) []byte {
 	if n.HasParent {
 		flags |= 4
 	}
+	if n.Btime != 0 {
+		flags |= 8
+	}
 	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendUvarint(b, uint64(n.Mode))
 	b = binary.AppendUvarint(b, uint64(n.UID))
@@ -145,6 +152,9 @@ func encodeInode(n *Inode) []byte {
 	b = binary.AppendVarint(b, n.Atime)
 	b = binary.AppendVarint(b, n.Mtime)
 	b = binary.AppendVarint(b, n.Ctime)
+	if n.Btime != 0 {
+		b = binary.AppendVarint(b, n.Btime)
+	}
 	b = binary.AppendVarint(b, n.Floor)
 	b = appendString(b, n.Target)
 	b = appendString(b, n.Origin)
@@ -265,6 +275,9 @@ func decodeInode(b []byte) (*Inode, error) {
 	n.Atime = d.varint()
 	n.Mtime = d.varint()
 	n.Ctime = d.varint()
+	if flags&8 != 0 {
+		n.Btime = d.varint()
+	}
 	n.Floor = d.varint()
 	n.Target = d.str()
 	n.Origin = d.str()

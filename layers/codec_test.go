@@ -16,6 +16,8 @@ func sampleInodes() []*Inode {
 		{Mode: 0o20600, Rdev: 0x0501, Nlink: 1, Floor: 77, Size: 1 << 44},
 		{Mode: 0o100600, Nlink: 3, XattrsSet: true, Xattrs: map[string][]byte{}, Floor: -1},
 		{Mode: 0o100600, Nlink: 1, XattrsSet: true, Xattrs: map[string][]byte{"user.b": []byte("2"), "user.a": {}, "trusted.x": {0, 1, 2}}, Floor: -1, Origin: "x", HasOrigin: true},
+		{Mode: 0o100644, Nlink: 1, Btime: 1_700_000_000_123_456_789, Mtime: 1, Floor: -1},
+		{Mode: 0o40700, Nlink: 2, Btime: -500_000_000, Parent: 1, Name: "d", HasParent: true, XattrsSet: true, Xattrs: map[string][]byte{"user.a": {1}}, Floor: -1},
 	}
 }
 

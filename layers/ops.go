@@ -201,7 +201,7 @@ func (v *View) newInode(dst *inodeState, mode uint32, rdev uint64, c Caller) (*i
 		return nil, err
 	}
 	t := now()
-	rec := &Inode{Mode: mode, UID: c.UID, GID: c.GID, Nlink: 1, Rdev: rdev, Atime: t, Mtime: t, Ctime: t, Floor: -1}
+	rec := &Inode{Mode: mode, UID: c.UID, GID: c.GID, Nlink: 1, Rdev: rdev, Atime: t, Mtime: t, Ctime: t, Btime: t, Floor: -1}
 	if xs != nil {
 		rec.Xattrs, rec.XattrsSet, rec.xattrNames = xs, true, sortedNames(xs)
 	}

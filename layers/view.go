@@ -33,6 +33,7 @@ type Attr struct {
 	Size                int64
 	Blocks              int64 // 512-byte units
 	Atime, Mtime, Ctime int64 // nanoseconds
+	Btime               int64 // nanoseconds; 0: not known
 }
 
 // IsDir reports whether the attributes are a directory's.
@@ -1034,14 +1035,14 @@ func (v *View) getInode(ino uint64) (*inodeState, error) {
 // baseRec builds the record of an untouched base file, and tells the
 // blocks it occupies (st_blocks).
 func (v *View) baseRec(origin string) (*Inode, int64, error) {
-	st, err := v.base.lstat(origin)
+	st, btime, err := v.base.lstatx(origin)
 	if err != nil {
 		return nil, 0, mapOSErr(err)
 	}
 	rec := &Inode{
 		Mode: st.Mode, UID: st.Uid, GID: st.Gid, Nlink: uint32(st.Nlink), Rdev: st.Rdev,
 		Size:  st.Size,
-		Atime: st.Atim.Nano(), Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(),
+		Atime: st.Atim.Nano(), Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(), Btime: btime,
 		Origin: origin, HasOrigin: true, Floor: -1,
 	}
 	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
@@ -1321,7 +1322,7 @@ func (st *inodeState) attr() Attr {
 	r := st.rec
 	a := Attr{
 		Ino: st.ino, Mode: r.Mode, Nlink: r.Nlink, UID: r.UID, GID: r.GID, Rdev: r.Rdev,
-		Size: r.Size, Atime: r.Atime, Mtime: r.Mtime, Ctime: r.Ctime,
+		Size: r.Size, Atime: r.Atime, Mtime: r.Mtime, Ctime: r.Ctime, Btime: r.Btime,
 	}
 	a.Blocks = (r.Size + 511) / 512
 	return a

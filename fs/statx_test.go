@@ -1,0 +1,70 @@
+package fs
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// statxOf is lstat through statx(2), asking for the birth time too.
+func statxOf(t *testing.T, path string) unix.Statx_t {
+	t.Helper()
+	var sx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &sx); err != nil {
+		t.Fatalf("statx %s: %v", path, err)
+	}
+	return sx
+}
+
+// TestStatxBirthTime: statx through the mount tells a base file's birth
+// time as the base records it and a new file's as it was made, and both
+// stay across a write and a remount.
+func TestStatxBirthTime(t *testing.T) {
+	sb := newSandbox(t, func(base string) { writeFile(t, filepath.Join(base, "old"), "old") })
+	host := statxOf(t, filepath.Join(sb.base, "old"))
+	if host.Mask&unix.STATX_BTIME == 0 {
+		t.Skip("the base's file system records no birth time")
+	}
+	before := time.Now()
+	writeFile(t, sb.path("new"), "new")
+	after := time.Now()
+	check := func(when string) {
+		t.Helper()
+		old, nf := statxOf(t, sb.path("old")), statxOf(t, sb.path("new"))
+		if old.Mask&unix.STATX_BTIME == 0 || old.Btime != host.Btime {
+			t.Errorf("%s: base file birth time %+v (mask %#x), want the base's %+v", when, old.Btime, old.Mask, host.Btime)
+		}
+		born := time.Unix(nf.Btime.Sec, int64(nf.Btime.Nsec))
+		if nf.Mask&unix.STATX_BTIME == 0 || born.Before(before.Truncate(time.Microsecond)) || born.After(after) {
+			t.Errorf("%s: new file birth time %v (mask %#x), want within [%v, %v]", when, born, nf.Mask, before, after)
+		}
+	}
+	check("after creating")
+	writeFile(t, sb.path("old"), "changed")
+	check("after a copy-up")
+	sb.remount()
+	check("after a remount")
+}
+
+// TestTimesBefore1970: a time before the epoch with a fraction of a
+// second reads back as set (the nanoseconds stay within a second).
+func TestTimesBefore1970(t *testing.T) {
+	sb := newSandbox(t, nil)
+	p := sb.path("old")
+	writeFile(t, p, "x")
+	want := unix.NsecToTimespec(-1_500_000_000) // 1969-12-31 23:59:58.5
+	mustNil(t, "utimensat", unix.UtimesNanoAt(unix.AT_FDCWD, p, []unix.Timespec{want, want}, 0))
+	for _, when := range []string{"set", "after a remount"} {
+		st := lstat(t, p)
+		if st.Mtim != want || st.Atim != want {
+			t.Errorf("%s: mtime %+v atime %+v, want %+v", when, st.Mtim, st.Atim, want)
+		}
+		sx := statxOf(t, p)
+		if sx.Mtime.Sec != want.Sec || int64(sx.Mtime.Nsec) != want.Nsec {
+			t.Errorf("%s: statx mtime %+v, want %+v", when, sx.Mtime, want)
+		}
+		sb.remount()
+	}
+}
