@@ -16,8 +16,9 @@
 // (FOPEN_KEEP_CACHE) without asking again. The one event that changes the
 // tree behind the kernel's back is a repoint of the view (rollback, archive
 // restore): Mount.InvalidateTouched then drops, from outside any FUSE
-// request so it cannot deadlock, every entry, attribute and page the kernel
-// may hold for the inodes and directories the move touched, or
+// request so it cannot deadlock, every attribute and page the kernel may
+// hold for the inodes the move touched and the entries of the names it
+// changed, or
 // Mount.Invalidate for every inode the kernel knows when the move could not
 // tell what it touched.
 //
