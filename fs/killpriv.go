@@ -2,8 +2,6 @@ package fs
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -19,27 +17,22 @@ import (
 // security.capability itself.
 
 // killprivFS passes the WRITE_KILL_SUIDGID flag, which go-fuse's node API
-// does not hand on, to the write it belongs to: by the request's cancel
-// channel, which is the request's own and reaches the handle in its
-// fuse.Context.
+// does not hand on, to the write it belongs to (byRequest).
 type killprivFS struct {
 	fuse.RawFileSystem
-	kills   sync.Map     // cancel channel of a write that must drop privileges
-	pending atomic.Int32 // entries in kills: most writes (root's) look no further
+	kills byRequest[struct{}] // writes (and ACL sets) that must drop privileges
 }
 
 func (k *killprivFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
-		k.mark(cancel)
-		defer k.unmark(cancel)
+		defer k.kills.set(cancel, struct{}{})()
 	}
 	return k.RawFileSystem.Write(cancel, in, data)
 }
 
 func (k *killprivFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
 	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
-		k.mark(cancel)
-		defer k.unmark(cancel)
+		defer k.kills.set(cancel, struct{}{})()
 	}
 	return k.RawFileSystem.Writev(cancel, in, data)
 }
@@ -49,32 +42,14 @@ func (k *killprivFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]b
 // CAP_FSETID drops set-group-ID.
 func (k *killprivFS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
 	if in.SetXAttrFlags&fuse.SETXATTR_ACL_KILL_SGID != 0 {
-		k.mark(cancel)
-		defer k.unmark(cancel)
+		defer k.kills.set(cancel, struct{}{})()
 	}
 	return k.RawFileSystem.SetXAttr(cancel, in, attr, data)
-}
-
-func (k *killprivFS) mark(cancel <-chan struct{}) {
-	k.pending.Add(1)
-	k.kills.Store(cancel, struct{}{})
-}
-
-func (k *killprivFS) unmark(cancel <-chan struct{}) {
-	k.kills.Delete(cancel)
-	k.pending.Add(-1)
 }
 
 // mustKill tells whether the write or setxattr request of ctx must drop
 // privileges.
 func (k *killprivFS) mustKill(ctx context.Context) bool {
-	if k.pending.Load() == 0 {
-		return false
-	}
-	fc, ok := ctx.(*fuse.Context)
-	if !ok || fc.Cancel == nil {
-		return false
-	}
-	_, kill := k.kills.Load(fc.Cancel)
+	_, kill := k.kills.get(ctx)
 	return kill
 }

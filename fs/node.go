@@ -124,7 +124,7 @@ func (n *node) caller(ctx context.Context) layers.Caller {
 		lc.UID, lc.GID = c.Uid, c.Gid
 	}
 	if n.m.umasks != nil {
-		lc.Umask, lc.HasUmask = n.m.umasks.umask(ctx)
+		lc.Umask, lc.HasUmask = n.m.umasks.masks.get(ctx)
 	}
 	return lc
 }

@@ -1,0 +1,45 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// byRequest hands a value from a raw request, which go-fuse's node API
+// does not pass on, to the node or handle that serves it: keyed by the
+// request's cancel channel, which is the request's own while it is served
+// and reaches the node in its fuse.Context. killprivFS and umaskFS use it.
+type byRequest[T any] struct {
+	vals sync.Map     // cancel channel -> T
+	n    atomic.Int32 // entries in vals: most requests look no further
+}
+
+// set keeps v for the request of cancel until the returned func runs.
+func (b *byRequest[T]) set(cancel <-chan struct{}, v T) (unset func()) {
+	b.n.Add(1)
+	b.vals.Store(cancel, v)
+	return func() {
+		b.vals.Delete(cancel)
+		b.n.Add(-1)
+	}
+}
+
+// get is the value kept for the request of ctx, if any.
+func (b *byRequest[T]) get(ctx context.Context) (T, bool) {
+	var zero T
+	if b.n.Load() == 0 {
+		return zero, false
+	}
+	fc, ok := ctx.(*fuse.Context)
+	if !ok || fc.Cancel == nil {
+		return zero, false
+	}
+	v, ok := b.vals.Load(fc.Cancel)
+	if !ok {
+		return zero, false
+	}
+	return v.(T), true
+}
