@@ -207,14 +207,13 @@ func inheritACL(def []aclEntry, mode uint32) (access []aclEntry, newMode uint32)
 	return es, newMode
 }
 
-// setACLLocked is SetXattr for the ACL attributes, on st whose
+// setACL is SetXattr for the ACL attributes, on an inode of mode whose
 // attributes are xs: an access ACL also sets the permission bits (and is
 // not kept when they say it all); a default ACL is for directories only.
 // Removing one that is not there succeeds, as on ext4. killSgid drops
 // set-group-ID with an access ACL set. It returns the attributes as they
 // become and the mode.
-func setACLLocked(st *inodeState, xs map[string][]byte, name string, val []byte, killSgid bool) (map[string][]byte, uint32, error) {
-	mode := st.rec.Mode
+func setACL(mode uint32, xs map[string][]byte, name string, val []byte, killSgid bool) (map[string][]byte, uint32, error) {
 	typ := mode & syscall.S_IFMT
 	if typ == syscall.S_IFLNK {
 		return nil, 0, fmt.Errorf("ACL on a symlink: %w", ErrNotSupported)

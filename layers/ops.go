@@ -1033,7 +1033,7 @@ func (v *View) SetXattr(ino uint64, name string, val []byte, flags uint32) error
 		return err
 	}
 	if isACL(name) {
-		next, mode, err := setACLLocked(st, xs, name, val, flags&XattrKillSgid != 0)
+		next, mode, err := setACL(st.rec.Mode, xs, name, val, flags&XattrKillSgid != 0)
 		if err != nil {
 			return fmt.Errorf("xattr %q: %w", name, err)
 		}
