@@ -11,6 +11,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/strata-sandbox/strata/layers"
 )
@@ -122,7 +125,6 @@ func TestExport(t *testing.T) {
 	f := newExportFixture(t)
 	e := f.e
 	want := e.snapTree("s", f.archive.Top)
-	delete(want, "pipe") // fifos, sockets and devices are not exported
 	if want["after.txt"] == "" || want["sparse.bin"] == "" || want["base.txt"] != "from the base" {
 		t.Fatalf("the archive does not hold the state before the rollback: %v", want)
 	}
@@ -185,7 +187,6 @@ func TestExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := e.liveTree("s")
-	delete(live, "pipe")
 	if !reflect.DeepEqual(live, want) {
 		t.Fatalf("restore after export shows\n%v\nwant\n%v", live, want)
 	}
@@ -340,5 +341,124 @@ func TestExportOutOfSpace(t *testing.T) {
 				t.Fatalf("export into a full file system: %d files, %v; want ENOSPC", n, err)
 			}
 		})
+	}
+}
+
+// TestExportKeepsMetadata checks that an export gives every path the mode
+// (whatever the umask), times, extended attributes and, as root, owner it
+// has in the archive, directories included, as cp -a keeps them.
+func TestExportKeepsMetadata(t *testing.T) {
+	withUmask(t, 0o077) // strips every group and other bit it can
+	e := newStoreEnv(t, func(base string) {
+		writeBase(t, base, "base.txt", "from the base")
+	})
+	e.checkpoint("s", "start")
+	v := e.view("s")
+	set := func(rel string, in layers.SetAttrIn) {
+		t.Helper()
+		if _, err := v.SetAttr(lookupPath(t, v, rel).Ino, in); err != nil {
+			t.Fatalf("setattr %s: %v", rel, err)
+		}
+	}
+	u32 := func(x uint32) *uint32 { return &x }
+	i64 := func(x int64) *int64 { return &x }
+	mtime := time.Date(2001, 2, 3, 4, 5, 6, 789, time.UTC).UnixNano()
+	atime := time.Date(2002, 3, 4, 5, 6, 7, 8, time.UTC).UnixNano()
+	e.putAt("s", "shared.txt", "group-writable", 0, 0o664)
+	e.putAt("s", "tool", "#!/bin/sh\n", 0, 0o755)
+	set("tool", layers.SetAttrIn{Mode: u32(0o4755)})
+	e.put("s", "ro/inside.txt", "in a read-only directory")
+	set("ro", layers.SetAttrIn{Mode: u32(0o555), Mtime: i64(mtime), Atime: i64(atime)})
+	e.put("s", "team/notes.txt", "n")
+	set("team", layers.SetAttrIn{Mode: u32(0o2775)})
+	set("shared.txt", layers.SetAttrIn{Mtime: i64(mtime), Atime: i64(atime), UID: u32(1234), GID: u32(5678)})
+	set("base.txt", layers.SetAttrIn{Mode: u32(0o640), Mtime: i64(mtime), Atime: i64(atime)})
+	for _, x := range []struct{ rel, name, val string }{
+		{"shared.txt", "user.origin", "agent"},
+		{"team", "user.dir", "d"},
+	} {
+		if err := v.SetXattr(lookupPath(t, v, x.rel).Ino, x.name, []byte(x.val), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.symlink("s", "link", "shared.txt")
+	// Linux refuses user attributes on a symlink, so the export leaves
+	// them out; the others go with it.
+	for _, name := range []string{"user.skipped", "trusted.kept"} {
+		if err := v.SetXattr(lookupPath(t, v, "link").Ino, name, []byte("l"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := v.Mknod(layers.RootIno, "fifo", syscall.S_IFIFO|0o620, 0, layers.Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Mknod(layers.RootIno, "null", syscall.S_IFCHR|0o666, 0x103, layers.Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.mgr.Rollback("s", "start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(e.dir, "out")
+	n, err := e.mgr.Export(res.Archive, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every regular file, the symlink and the fifo; not the device.
+	if n != 7 {
+		t.Errorf("export counted %d paths, want 7", n)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "null")); !os.IsNotExist(err) {
+		t.Errorf("a device was exported: %v", err)
+	}
+	root := os.Geteuid() == 0
+	tests := []struct {
+		rel          string
+		mode         uint32 // S_IFMT and permission bits
+		mtime, atime int64  // 0: not checked
+		uid, gid     int    // -1: not checked
+		xattr, val   string
+	}{
+		{"shared.txt", syscall.S_IFREG | 0o664, mtime, atime, 1234, 5678, "user.origin", "agent"},
+		{"tool", syscall.S_IFREG | 0o4755, 0, 0, -1, -1, "", ""},
+		{"ro", syscall.S_IFDIR | 0o555, mtime, atime, -1, -1, "", ""},
+		{"ro/inside.txt", syscall.S_IFREG | 0o644, 0, 0, -1, -1, "", ""},
+		{"team", syscall.S_IFDIR | 0o2775, 0, 0, -1, -1, "user.dir", "d"},
+		{"base.txt", syscall.S_IFREG | 0o640, mtime, atime, -1, -1, "", ""},
+		{"fifo", syscall.S_IFIFO | 0o620, 0, 0, -1, -1, "", ""},
+		{"link", syscall.S_IFLNK | 0o777, 0, 0, -1, -1, "trusted.kept", "l"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.rel, func(t *testing.T) {
+			var st unix.Stat_t
+			if err := unix.Lstat(filepath.Join(dst, tc.rel), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode != tc.mode {
+				t.Errorf("mode %#o, want %#o", st.Mode, tc.mode)
+			}
+			if tc.mtime != 0 && st.Mtim.Nano() != tc.mtime {
+				t.Errorf("mtime %d, want %d", st.Mtim.Nano(), tc.mtime)
+			}
+			if tc.atime != 0 && st.Atim.Nano() != tc.atime {
+				t.Errorf("atime %d, want %d", st.Atim.Nano(), tc.atime)
+			}
+			if root && tc.uid >= 0 && (int(st.Uid) != tc.uid || int(st.Gid) != tc.gid) {
+				t.Errorf("owner %d:%d, want %d:%d", st.Uid, st.Gid, tc.uid, tc.gid)
+			}
+			if tc.xattr != "" && (root || !strings.HasPrefix(tc.xattr, "trusted.")) {
+				buf := make([]byte, 64)
+				n, err := unix.Lgetxattr(filepath.Join(dst, tc.rel), tc.xattr, buf)
+				if errors.Is(err, unix.EOPNOTSUPP) {
+					t.Skipf("the test directory's file system keeps no xattrs")
+				}
+				if err != nil || string(buf[:n]) != tc.val {
+					t.Errorf("xattr %s: %q, %v; want %q", tc.xattr, buf[:max(n, 0)], err, tc.val)
+				}
+			}
+		})
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "ro", "inside.txt")); err != nil || string(b) != "in a read-only directory" {
+		t.Errorf("file in a read-only directory: %q, %v", b, err)
 	}
 }

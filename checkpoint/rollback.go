@@ -2,14 +2,9 @@ package checkpoint
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/strata-sandbox/strata/layers"
@@ -267,111 +262,6 @@ func (m *Manager) Restore(ref string) (RollbackResult, error) {
 		return RollbackResult{}, fmt.Errorf("restore %s: archive holds no layers: %w", ar.ID, layers.ErrInvalid)
 	}
 	return m.repoint(ar.Sandbox, ar.Top, ar.FromCheckpoint, ar.ID)
-}
-
-// Export writes the files of the state an archive holds (the sandbox as it
-// was just before the rollback) into dir, which must be empty or missing.
-// Symlinks are written as symlinks; nothing is followed.
-func (m *Manager) Export(ref, dir string) (int, error) {
-	ar, err := m.ResolveArchive(ref)
-	if err != nil {
-		return 0, fmt.Errorf("export: %w", err)
-	}
-	if ar.Top == "" {
-		return 0, fmt.Errorf("export %s: archive holds no layers: %w", ar.ID, layers.ErrInvalid)
-	}
-	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
-		return 0, fmt.Errorf("export %s: %s is not empty: %w", ar.ID, dir, layers.ErrExists)
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("export %s: %w", ar.ID, err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, fmt.Errorf("export %s: %w", ar.ID, err)
-	}
-	v, err := m.store.OpenSnapshot(ar.Sandbox, ar.Top)
-	if err != nil {
-		return 0, err
-	}
-	defer v.Close()
-	n := 0
-	// A file with several names is written once and linked after.
-	linked := map[uint64]string{}
-	err = walk(v, func(p string, a layers.Attr) error {
-		dst := filepath.Join(dir, filepath.FromSlash(p))
-		switch a.Mode & syscall.S_IFMT {
-		case syscall.S_IFDIR:
-			return os.Mkdir(dst, os.FileMode(a.Mode&0o777)|0o700)
-		case syscall.S_IFLNK:
-			t, err := v.Readlink(a.Ino)
-			if err != nil {
-				return err
-			}
-			n++
-			return os.Symlink(t, dst)
-		case syscall.S_IFREG:
-			n++
-			if first, ok := linked[a.Ino]; ok {
-				return os.Link(first, dst)
-			}
-			if a.Nlink > 1 {
-				linked[a.Ino] = dst
-			}
-			return exportFile(v, a, dst)
-		}
-		return nil // fifos, sockets and devices are not exported
-	})
-	if err != nil {
-		return n, fmt.Errorf("export %s: %w", ar.ID, err)
-	}
-	return n, nil
-}
-
-func exportFile(v *layers.View, a layers.Attr, dst string) error {
-	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(a.Mode&0o777))
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, 1<<20)
-	for off := int64(0); off < a.Size; {
-		n, err := v.ReadAt(a.Ino, buf, off)
-		if err != nil && !errors.Is(err, io.EOF) {
-			// Never zeros where the data could not be read.
-			f.Close()
-			return err
-		}
-		if n == 0 {
-			break
-		}
-		// Runs of zeros stay holes: the final truncate gives the size.
-		for o := 0; o < n; o += exportChunk {
-			c := buf[o:min(o+exportChunk, n)]
-			if isZero(c) {
-				continue
-			}
-			if _, werr := f.WriteAt(c, off+int64(o)); werr != nil {
-				f.Close()
-				return werr
-			}
-		}
-		off += int64(n)
-	}
-	if err := f.Truncate(a.Size); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// exportChunk is the granularity at which export leaves holes.
-const exportChunk = 64 << 10
-
-func isZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // DiffCheckpoints compares checkpoint from with checkpoint to, or with the

@@ -58,6 +58,7 @@ Feature: Checkpoints, live rollback and the archive
   Scenario: Export and restore what a rollback left
     When I create the checkpoint "clean" of "work"
     And I write "agent work" to "work.txt" in the mount
+    And I change the mode of "work.txt" in the mount to 664
     And I append " changed" to "README.md" in the mount
     And I roll "work" back to the checkpoint "clean"
     Then "work.txt" does not exist in the mount
@@ -65,6 +66,7 @@ Feature: Checkpoints, live rollback and the archive
     And "work" has 1 archive, from the live state to the checkpoint "clean"
     When I export the last archive
     Then the export has "work.txt" containing "agent work"
+    And the export has "work.txt" with the mode 664
     And the export has "README.md" containing "hello changed"
     And the export has "src/main.go" containing "package main"
     When I restore the last archive

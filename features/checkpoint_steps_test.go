@@ -85,6 +85,7 @@ func initCheckpointSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^"([^"]*)" has (\d+) archives?, from the live state to the checkpoint "([^"]*)"$`, archivesAre)
 	sc.Step(`^I export the last archive$`, exportArchive)
 	sc.Step(`^the export has "([^"]*)" containing "([^"]*)"$`, exportHas)
+	sc.Step(`^the export has "([^"]*)" with the mode (\d+)$`, exportHasMode)
 	sc.Step(`^I restore the last archive$`, restoreArchive)
 	sc.Step(`^I prune "([^"]*)" keeping the last (\d+) checkpoints?$`, prune)
 	sc.Step(`^I fork "([^"]*)" from the checkpoint "([^"]*)"$`, fork)
@@ -304,6 +305,17 @@ func exportHas(ctx context.Context, rel, want string) error {
 	}
 	if string(b) != want {
 		return fmt.Errorf("exported %s: got %q, want %q", rel, b, want)
+	}
+	return nil
+}
+
+func exportHasMode(ctx context.Context, rel, mode string) error {
+	fi, err := os.Lstat(filepath.Join(getCheckpoints(ctx).exportDir, filepath.FromSlash(rel)))
+	if err != nil {
+		return err
+	}
+	if got := fmt.Sprintf("%o", fi.Mode().Perm()); got != mode {
+		return fmt.Errorf("exported %s: mode %s, want %s", rel, got, mode)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -31,6 +32,7 @@ func initFileSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^I run setfacl (.+) on "([^"]*)" in the mount$`, setfacl)
 	sc.Step(`^getfacl of "([^"]*)" in the mount shows "([^"]*)"$`, getfaclShows)
 	sc.Step(`^"([^"]*)" in the mount has the mode (\d+)$`, hasMode)
+	sc.Step(`^I change the mode of "([^"]*)" in the mount to (\d+)$`, changeMode)
 }
 
 // setfacl runs the setfacl(1) of the acl package with args on rel. The
@@ -71,6 +73,14 @@ func hasMode(ctx context.Context, rel, mode string) error {
 		return fmt.Errorf("%s: mode %s, want %s", rel, got, mode)
 	}
 	return nil
+}
+
+func changeMode(ctx context.Context, rel, mode string) error {
+	m, err := strconv.ParseUint(mode, 8, 32)
+	if err != nil {
+		return err
+	}
+	return os.Chmod(getWorld(ctx).path(rel), os.FileMode(m))
 }
 
 func writeFile(ctx context.Context, content, rel string) error {
