@@ -22,8 +22,12 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 }
 
 // dirHandle is an open directory. Its listing is read from the view at
-// the first readdir and kept until the handle is released, so a reader
-// sees one state of the directory.
+// the first readdir and kept until the handle is released or rewound, so
+// a reader sees one state of the directory and the offsets it was given
+// stay good for seekdir; a rewind (rewinddir, a seek to 0) reads the
+// directory anew, as POSIX asks. The kernel's cached listing is rebuilt
+// from offset 0 after it changed the directory, so a stale one would
+// otherwise be kept for every later open.
 type dirHandle struct {
 	n  *node
 	ds gofs.DirStream
@@ -61,6 +65,13 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 
 // Seekdir moves to the entry at off (rewinddir, seekdir).
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	if off == 0 {
+		if d.ds != nil {
+			d.ds.Close()
+			d.ds = nil
+		}
+		return 0
+	}
 	if errno := d.stream(ctx); errno != 0 {
 		return errno
 	}

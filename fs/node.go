@@ -213,9 +213,19 @@ func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	list := make([]fuse.DirEntry, len(ents))
-	for i, e := range ents {
-		list[i] = fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode}
+	// "." and "..", as every Linux file system lists them (getdents
+	// users, rewinddir and d_type checks count on them). The root's
+	// parent is the root itself.
+	parent := n.ino()
+	if _, p := n.Parent(); p != nil {
+		parent = p.StableAttr().Ino
+	}
+	list := make([]fuse.DirEntry, 0, len(ents)+2)
+	list = append(list,
+		fuse.DirEntry{Name: ".", Ino: n.ino(), Mode: syscall.S_IFDIR},
+		fuse.DirEntry{Name: "..", Ino: parent, Mode: syscall.S_IFDIR})
+	for _, e := range ents {
+		list = append(list, fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode})
 	}
 	return gofs.NewListDirStream(list), 0
 }
