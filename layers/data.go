@@ -722,8 +722,12 @@ func (v *View) Seek(ino uint64, off int64, data bool) (int64, error) {
 		}
 		switch src.kind {
 		case srcSlot:
-			if data {
-				return pos, nil
+			// Page by page, as ext4 answers: a page never written, or
+			// sealed as zeros, is a hole.
+			for q := pos; q < blockEnd; q = (q/pageSize + 1) * pageSize {
+				if v.slotPageData(st, blk, int((q-int64(blk)*v.bs)/pageSize)) == data {
+					return q, nil
+				}
 			}
 			pos = blockEnd
 		case srcZero:
@@ -754,6 +758,21 @@ func (v *View) Seek(ino uint64, off int64, data bool) (int64, error) {
 		return 0, fmt.Errorf("no data at or after %d: %w", off, ErrPastEnd)
 	}
 	return size, nil
+}
+
+// slotPageData reports whether page p of block blk of st, which a layer
+// holds, may hold data: it was written since the block was last sealed,
+// or its checksum is not that of a page of zeros.
+func (v *View) slotPageData(st *inodeState, blk uint64, p int) bool {
+	ref, ok := st.active[blk]
+	if !ok {
+		fr := st.frozen[blk]
+		ref = &fr.ref
+	}
+	if ref.dirty != nil && ref.dirty[p] {
+		return true
+	}
+	return ref.CRCs[p] != zeroPageCRC
 }
 
 // seekSteps bounds the blocks Seek looks at one by one.

@@ -133,3 +133,50 @@ func checkSeeks(t *testing.T, v *View, cases []seekCase) {
 		}
 	}
 }
+
+// TestSeekWithinABlock: inside a block a layer holds, SEEK_DATA and
+// SEEK_HOLE answer page by page, as ext4 does (xfstests' seek_sanity_test
+// expects it): pages never written, or sealed as zeros, are holes; pages
+// written since the last seal are data, zeros or not.
+func TestSeekWithinABlock(t *testing.T) {
+	const bs = DefaultBlockSize
+	const pg = pageSize
+	e := newEnv(t, bs, func(base string) {
+		// A base file whose second page is zeros (but not a hole).
+		put(t, filepath.Join(base, "b"), strings.Repeat("b", pg)+strings.Repeat("\x00", pg)+strings.Repeat("b", pg))
+	})
+	v := e.view()
+	defer v.Close()
+	f, err := v.Mknod(RootIno, "f", 0o100644, 0, root)
+	ok(t, "create", err)
+	for _, off := range []int64{0, 5 * pg, 6*pg + 10, bs + 2*pg} {
+		_, err = v.WriteAt(f.Ino, []byte("x"), off, false)
+		ok(t, "write", err)
+	}
+	size := int64(2 * bs)
+	_, err = v.SetAttr(f.Ino, SetAttrIn{Size: &size})
+	ok(t, "extend", err)
+	b := lookup(t, v, RootIno, "b").Ino
+	_, err = v.WriteAt(b, []byte("c"), 2*pg, false) // copies the block up
+	ok(t, "write", err)
+	zeros := make([]byte, pg)
+	_, err = v.WriteAt(f.Ino, zeros, 8*pg, false) // written zeros: data until sealed
+	ok(t, "write zeros", err)
+	cases := []seekCase{
+		{"data at the start", f.Ino, 0, true, 0},
+		{"hole after the first page", f.Ino, 0, false, pg},
+		{"data at the next written page", f.Ino, pg, true, 5 * pg},
+		{"hole after two written pages", f.Ino, 5 * pg, false, 7 * pg},
+		{"data inside a written page", f.Ino, 6*pg + 100, true, 6*pg + 100},
+		{"written zeros are data before a seal", f.Ino, 7 * pg, true, 8 * pg},
+		{"data in the next block", f.Ino, 9 * pg, true, bs + 2*pg},
+		{"hole after it", f.Ino, bs + 2*pg, false, bs + 3*pg},
+		{"copied-up base pages are data", b, pg / 2, true, pg / 2},
+		{"hole in the copied-up base's page of zeros", b, 0, false, pg},
+		{"data after it", b, pg, true, 2 * pg},
+	}
+	checkSeeks(t, v, cases)
+	freeze(t, e.store, "sb")
+	cases[5] = seekCase{"written zeros are a hole once sealed", f.Ino, 7 * pg, true, bs + 2*pg}
+	checkSeeks(t, v, cases)
+}
