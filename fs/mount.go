@@ -68,14 +68,21 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 	}
 	opts := &gofs.Options{
 		MountOptions: fuse.MountOptions{
-			FsName:       "strata:" + v.Info().Name,
-			Name:         "strata",
-			DirectMount:  true,
-			AllowOther:   o.AllowOther,
-			Options:      mopts,
-			MaxWrite:     1 << 20,
-			MaxReadAhead: 1 << 20,
-			Debug:        o.Debug,
+			FsName:      "strata:" + v.Info().Name,
+			Name:        "strata",
+			DirectMount: true,
+			// No set-id programs or device nodes take effect through a
+			// sandbox (the defaults, which setting flags replaces), and
+			// noatime says what the mount does: reads never change a
+			// file's atime, which would make every file read a change of
+			// the layer (fusermount3 mounts, for other users, show
+			// relatime but behave the same).
+			DirectMountFlags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOATIME,
+			AllowOther:       o.AllowOther,
+			Options:          mopts,
+			MaxWrite:         1 << 20,
+			MaxReadAhead:     1 << 20,
+			Debug:            o.Debug,
 			// See killpriv.go and umask.go.
 			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
 			// POSIX ACLs: the kernel checks access against them; the
