@@ -107,7 +107,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	if h.n.m.raw.mustKill(ctx) {
 		// Before the data, as the kernel's own file_remove_privs.
-		if err := h.n.view().KillSuidgid(h.n.ino()); err != nil {
+		if err := h.n.view().KillSuidgid(h.n.ino(), inGroup(ctx)); err != nil {
 			return 0, toErrno(err)
 		}
 	}
@@ -173,18 +173,41 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 	}
 	keep := mode&unix.FALLOC_FL_KEEP_SIZE != 0
 	v, ino := h.n.view(), h.n.ino()
+	// The kernel drops privileges itself only where it writes (and leaves
+	// even that to the server here, killpriv.go); for FALLOCATE it sends
+	// no flag, where ext4's fallocate drops them as a write does. Root
+	// stands for a caller with CAP_FSETID.
+	if c, ok := fuse.FromContext(ctx); ok && c.Uid != 0 && allocModeOK(mode) {
+		if err := v.KillSuidgid(ino, inGroup(ctx)); err != nil {
+			return toErrno(err)
+		}
+	}
+	if !allocModeOK(mode) {
+		return syscall.EOPNOTSUPP
+	}
 	switch mode &^ unix.FALLOC_FL_KEEP_SIZE {
 	case 0:
 		return toErrno(v.Allocate(ino, int64(off), int64(size), keep))
-	case unix.FALLOC_FL_PUNCH_HOLE:
-		if !keep {
-			return syscall.EOPNOTSUPP // as Linux: a hole is punched only with KEEP_SIZE
-		}
+	case unix.FALLOC_FL_PUNCH_HOLE: // only with KEEP_SIZE, as Linux
 		return toErrno(v.Zero(ino, int64(off), int64(size), true))
 	case unix.FALLOC_FL_ZERO_RANGE:
 		return toErrno(v.Zero(ino, int64(off), int64(size), keep))
 	}
 	return syscall.EOPNOTSUPP
+}
+
+// allocModeOK reports whether Allocate serves fallocate mode: plain
+// allocation, a zeroed range (with or without KEEP_SIZE) or a punched
+// hole (with it, as Linux asks); not COLLAPSE_RANGE, INSERT_RANGE and the
+// rest.
+func allocModeOK(mode uint32) bool {
+	switch mode &^ unix.FALLOC_FL_KEEP_SIZE {
+	case 0, unix.FALLOC_FL_ZERO_RANGE:
+		return true
+	case unix.FALLOC_FL_PUNCH_HOLE:
+		return mode&unix.FALLOC_FL_KEEP_SIZE != 0
+	}
+	return false
 }
 
 var _ = (gofs.NodeCopyFileRanger)((*node)(nil))

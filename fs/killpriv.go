@@ -2,6 +2,10 @@ package fs
 
 import (
 	"context"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -13,8 +17,13 @@ import (
 // writes). With it the kernel checks once per inode and leaves dropping
 // set-user-ID and set-group-ID to the server: a write by a caller without
 // CAP_FSETID carries WRITE_KILL_SUIDGID, a truncate by one and every chown
-// carry FATTR_KILL_SUIDGID (see Setattr). The kernel still removes
-// security.capability itself.
+// carry FATTR_KILL_SUIDGID (see Setattr). The server drops set-user-ID,
+// and set-group-ID where the group may execute or the caller is outside
+// the file's group (inGroup), as the kernel's own setattr_should_drop_sgid
+// does for ext4; the flag cannot say which, and FUSE's documentation still
+// gives the older rule (group execute only). A FALLOCATE carries no flag:
+// handle.Allocate drops them for callers other than root. The kernel
+// still removes security.capability itself.
 
 // killprivFS passes the WRITE_KILL_SUIDGID flag, which go-fuse's node API
 // does not hand on, to the write it belongs to (byRequest).
@@ -52,4 +61,46 @@ func (k *killprivFS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr 
 func (k *killprivFS) mustKill(ctx context.Context) bool {
 	_, kill := k.kills.get(ctx)
 	return kill
+}
+
+// inGroup returns whether the caller of ctx is in a group, as the kernel's
+// in_group_or_capable asks it before it lets set-group-ID stay: root
+// counts as capable (the server cannot see CAP_FSETID; the kernel sends
+// the kill flags of a write or truncate only for callers without it), a
+// group is the caller's when it is its file-system gid or one of its
+// supplementary groups (/proc/PID/status). A caller whose groups cannot be
+// read is taken to be outside: the bit is dropped, never kept wrongly.
+func inGroup(ctx context.Context) func(gid uint32) bool {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	return func(gid uint32) bool {
+		if c.Uid == 0 || c.Gid == gid {
+			return true
+		}
+		return slices.Contains(supplementaryGroups(c.Pid), gid)
+	}
+}
+
+// supplementaryGroups reads the supplementary groups of process pid.
+func supplementaryGroups(pid uint32) []uint32 {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "Groups:")
+		if !ok {
+			continue
+		}
+		var gs []uint32
+		for _, f := range strings.Fields(rest) {
+			if g, err := strconv.ParseUint(f, 10, 32); err == nil {
+				gs = append(gs, uint32(g))
+			}
+		}
+		return gs
+	}
+	return nil
 }

@@ -11,10 +11,12 @@ import (
 )
 
 // TestWritesDropPrivileges: the mount negotiates HANDLE_KILLPRIV_V2, so
-// dropping set-user-ID and set-group-ID is the server's job. A write or a
-// truncate by a user without CAP_FSETID drops them (set-group-ID only
-// where the group may execute), a chown drops them whoever does it, and
-// root's writes and chmod keep them; directories keep set-group-ID.
+// dropping set-user-ID and set-group-ID is the server's job. A write, a
+// truncate or a fallocate by a user without CAP_FSETID drops them
+// (set-group-ID where the group may execute or the user is outside the
+// file's group, as ext4 on Linux 6.18), a chown drops them whoever does
+// it, and root's writes and chmod keep them; directories keep
+// set-group-ID.
 func TestWritesDropPrivileges(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -26,7 +28,13 @@ func TestWritesDropPrivileges(t *testing.T) {
 	}{
 		{"nobody appends", "a", 0o6777, nil, "printf x >> $F", 0o777},
 		{"nobody writes in place", "b", 0o6777, nil, "printf x | dd of=$F conv=notrunc status=none", 0o777},
-		{"nobody appends, no group execute", "c", 0o6767, nil, "printf x >> $F", 0o2767},
+		// Set-group-ID without group execute goes too: nobody is outside
+		// the file's group (root's), as the kernel's setattr_should_drop_sgid.
+		{"nobody appends, no group execute", "c", 0o6767, nil, "printf x >> $F", 0o767},
+		{"nobody truncates, no group execute", "c2", 0o2666, nil, "truncate -s 0 $F", 0o666},
+		{"nobody fallocates", "c3", 0o6777, nil, "fallocate -l 65536 $F", 0o777},
+		{"nobody punches a hole", "c4", 0o4777, nil, "fallocate -p -o 0 -l 4 $F", 0o777},
+		{"nobody appends in the file's group", inNobodysGroup, 0o2666, nil, "printf x >> $F", 0o2666},
 		{"nobody truncates", "d", 0o6777, nil, "truncate -s 1 $F", 0o777},
 		{"nobody opens with O_TRUNC", "e", 0o4777, nil, ": > $F", 0o777},
 		{"nobody appends to an upper file", "upper/f", 0o4777, nil, "printf x >> $F", 0o777},
@@ -53,6 +61,9 @@ func TestWritesDropPrivileges(t *testing.T) {
 				mustNil(t, "mkdir", os.Mkdir(p, 0o755))
 			} else {
 				writeFile(t, p, "base data")
+			}
+			if tt.file == inNobodysGroup {
+				mustNil(t, "chgrp", os.Chown(p, 0, nobody))
 			}
 			mustNil(t, "chmod", syscall.Chmod(p, tt.mode))
 		}
@@ -88,6 +99,10 @@ func TestWritesDropPrivileges(t *testing.T) {
 		}
 	}
 }
+
+// inNobodysGroup is the base file of TestWritesDropPrivileges whose group
+// is nobody's.
+const inNobodysGroup = "grp"
 
 // TestWritesDropCapabilities: a write, even root's, takes a file's
 // capabilities away (the kernel asks for them once and removes them).

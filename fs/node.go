@@ -199,6 +199,9 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	}
 	// A truncate by a caller without CAP_FSETID, or a chown (killpriv.go).
 	set.KillSuidgid = in.Valid&fuse.FATTR_KILL_SUIDGID != 0
+	if set.KillSuidgid {
+		set.InGroup = inGroup(ctx)
+	}
 	a, err := n.view().SetAttr(n.ino(), set)
 	if err != nil {
 		return toErrno(err)

@@ -843,14 +843,15 @@ func (v *View) SetAttr(ino uint64, in SetAttrIn) (Attr, error) {
 			st.rec.xattrNames, st.rec.xattrEnc = sortedNames(next), nil
 		}
 	}
+	if in.KillSuidgid && in.Mode == nil {
+		// Against the group the file has before a chown, as the kernel.
+		st.rec.Mode = killSuidgid(st.rec.Mode, st.rec.GID, in.InGroup)
+	}
 	if in.UID != nil {
 		st.rec.UID = *in.UID
 	}
 	if in.GID != nil {
 		st.rec.GID = *in.GID
-	}
-	if in.KillSuidgid && in.Mode == nil {
-		st.rec.Mode = killSuidgid(st.rec.Mode)
 	}
 	if in.Atime != nil {
 		st.rec.Atime = *in.Atime
@@ -865,24 +866,27 @@ func (v *View) SetAttr(ino uint64, in SetAttrIn) (Attr, error) {
 	return v.statAttrLocked(st), nil
 }
 
-// killSuidgid is mode without set-user-ID and, where the group may
-// execute, set-group-ID (without group execute, set-group-ID marks
-// mandatory locking and stays); a directory keeps both.
-func killSuidgid(mode uint32) uint32 {
+// killSuidgid is mode without set-user-ID and, as the kernel's
+// setattr_should_drop_sgid decides, without set-group-ID where the group
+// may execute or the caller is outside the file's group gid (inGroup; nil:
+// inside it). Without group execute, set-group-ID marks mandatory locking
+// and stays for the group's members. A directory keeps both.
+func killSuidgid(mode, gid uint32, inGroup func(uint32) bool) uint32 {
 	if mode&syscall.S_IFMT == syscall.S_IFDIR {
 		return mode
 	}
 	mode &^= syscall.S_ISUID
-	if mode&syscall.S_IXGRP != 0 {
+	if mode&syscall.S_IXGRP != 0 || (mode&syscall.S_ISGID != 0 && inGroup != nil && !inGroup(gid)) {
 		mode &^= syscall.S_ISGID
 	}
 	return mode
 }
 
 // KillSuidgid drops set-user-ID and set-group-ID from file ino as a write
-// by a caller without CAP_FSETID does (see SetAttrIn.KillSuidgid). A file
-// that has neither costs a lookup: nothing is recorded.
-func (v *View) KillSuidgid(ino uint64) error {
+// by a caller without CAP_FSETID does (see SetAttrIn.KillSuidgid); inGroup
+// tells whether the caller is in a group (nil: in every one). A file that
+// has neither costs a lookup: nothing is recorded.
+func (v *View) KillSuidgid(ino uint64, inGroup func(gid uint32) bool) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := v.checkWritable(); err != nil {
@@ -892,7 +896,7 @@ func (v *View) KillSuidgid(ino uint64) error {
 	if err != nil {
 		return err
 	}
-	mode := killSuidgid(st.rec.Mode)
+	mode := killSuidgid(st.rec.Mode, st.rec.GID, inGroup)
 	if mode == st.rec.Mode {
 		return nil
 	}
@@ -906,6 +910,17 @@ func (v *View) KillSuidgid(ino uint64) error {
 }
 
 // ---- extended attributes ---------------------------------------------------
+
+// bareNamespace reports whether name is a namespace prefix with nothing
+// after it ("user."), which the kernel passes to FUSE unchecked and local
+// file systems refuse with EINVAL.
+func bareNamespace(name string) bool {
+	switch name {
+	case "user.", "trusted.", "security.", "system.":
+		return true
+	}
+	return false
+}
 
 func xattrAllowed(name string) bool {
 	return strings.HasPrefix(name, "user.") || strings.HasPrefix(name, "trusted.") || strings.HasPrefix(name, "security.") || isACL(name)
@@ -962,6 +977,9 @@ func (v *View) GetXattr(ino uint64, name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if bareNamespace(name) {
+		return nil, fmt.Errorf("xattr %q: %w", name, ErrInvalid)
+	}
 	if !xattrAllowed(name) {
 		return nil, fmt.Errorf("xattr %q: %w", name, ErrNoAttr)
 	}
@@ -1008,6 +1026,9 @@ const (
 
 // SetXattr sets (val != nil) or removes (val == nil) an extended attribute.
 func (v *View) SetXattr(ino uint64, name string, val []byte, flags uint32) error {
+	if bareNamespace(name) {
+		return fmt.Errorf("xattr %q: %w", name, ErrInvalid)
+	}
 	if !xattrAllowed(name) {
 		return fmt.Errorf("xattr %q: %w", name, ErrNotSupported)
 	}

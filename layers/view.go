@@ -64,11 +64,15 @@ type SetAttrIn struct {
 	Size         *int64
 	Atime, Mtime *int64 // nanoseconds
 	// KillSuidgid drops set-user-ID, and set-group-ID where the group may
-	// execute, from a file that is not a directory, as the kernel does on
+	// execute or the caller is outside the file's group (InGroup), from a
+	// file that is not a directory, as the kernel does on
 	// a truncate by a caller without CAP_FSETID and on a chown; a FUSE
 	// server that negotiated HANDLE_KILLPRIV_V2 does it itself. A Mode
 	// given too wins.
 	KillSuidgid bool
+	// InGroup tells whether the caller is in a group, for KillSuidgid (nil:
+	// in every one).
+	InGroup func(gid uint32) bool
 }
 
 // Rename flags, as renameat2 takes them. RenameWhiteout leaves, in the
