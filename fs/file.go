@@ -173,17 +173,17 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 	}
 	keep := mode&unix.FALLOC_FL_KEEP_SIZE != 0
 	v, ino := h.n.view(), h.n.ino()
+	if !allocModeOK(mode) {
+		return syscall.EOPNOTSUPP
+	}
 	// The kernel drops privileges itself only where it writes (and leaves
 	// even that to the server here, killpriv.go); for FALLOCATE it sends
 	// no flag, where ext4's fallocate drops them as a write does. Root
 	// stands for a caller with CAP_FSETID.
-	if c, ok := fuse.FromContext(ctx); ok && c.Uid != 0 && allocModeOK(mode) {
+	if c, ok := fuse.FromContext(ctx); ok && c.Uid != 0 {
 		if err := v.KillSuidgid(ino, inGroup(ctx)); err != nil {
 			return toErrno(err)
 		}
-	}
-	if !allocModeOK(mode) {
-		return syscall.EOPNOTSUPP
 	}
 	switch mode &^ unix.FALLOC_FL_KEEP_SIZE {
 	case 0:

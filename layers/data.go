@@ -724,8 +724,9 @@ func (v *View) Seek(ino uint64, off int64, data bool) (int64, error) {
 		case srcSlot:
 			// Page by page, as ext4 answers: a page never written, or
 			// sealed as zeros, is a hole.
+			ref := layerRef(st, blk)
 			for q := pos; q < blockEnd; q = (q/pageSize + 1) * pageSize {
-				if v.slotPageData(st, blk, int((q-int64(blk)*v.bs)/pageSize)) == data {
+				if ref.pageData(int((q-int64(blk)*v.bs)/pageSize)) == data {
 					return q, nil
 				}
 			}
@@ -760,19 +761,24 @@ func (v *View) Seek(ino uint64, off int64, data bool) (int64, error) {
 	return size, nil
 }
 
-// slotPageData reports whether page p of block blk of st, which a layer
-// holds, may hold data: it was written since the block was last sealed,
-// or its checksum is not that of a page of zeros.
-func (v *View) slotPageData(st *inodeState, blk uint64, p int) bool {
-	ref, ok := st.active[blk]
-	if !ok {
-		fr := st.frozen[blk]
-		ref = &fr.ref
+// layerRef is the block map entry of block blk of st, which a layer
+// holds: the active layer's, else the frozen one's.
+func layerRef(st *inodeState, blk uint64) *blockRef {
+	if ref, ok := st.active[blk]; ok {
+		return ref
 	}
-	if ref.dirty != nil && ref.dirty[p] {
+	fr := st.frozen[blk]
+	return &fr.ref
+}
+
+// pageData reports whether page p of the block may hold data: it was
+// written since the block was last sealed, or its checksum is not that of
+// a page of zeros.
+func (r *blockRef) pageData(p int) bool {
+	if r.dirty != nil && r.dirty[p] {
 		return true
 	}
-	return ref.CRCs[p] != zeroPageCRC
+	return r.CRCs[p] != zeroPageCRC
 }
 
 // seekSteps bounds the blocks Seek looks at one by one.
