@@ -66,6 +66,12 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 	if v.ReadOnly() {
 		mopts = append(mopts, "ro")
 	}
+	if os.Geteuid() != 0 {
+		// Users other than root mount through fusermount3, which takes
+		// mount flags as options (DirectMountFlags serve direct mounts
+		// only, and a direct mount refuses "noatime" among its options).
+		mopts = append(mopts, "noatime")
+	}
 	opts := &gofs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName:      "strata:" + v.Info().Name,
@@ -75,8 +81,7 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 			// sandbox (the defaults, which setting flags replaces), and
 			// noatime says what the mount does: reads never change a
 			// file's atime, which would make every file read a change of
-			// the layer (fusermount3 mounts, for other users, show
-			// relatime but behave the same).
+			// the layer.
 			DirectMountFlags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOATIME,
 			AllowOther:       o.AllowOther,
 			Options:          mopts,

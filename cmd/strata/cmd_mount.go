@@ -117,7 +117,7 @@ func mountServer(g *globals, args control.MountArgs) (*control.Client, error) {
 	if cleanErr != nil {
 		return nil, cleanErr
 	}
-	if err := control.CheckFuseDevice(); err != nil {
+	if err := control.CheckFuseDevice(args.AllowOther); err != nil {
 		return nil, err
 	}
 	if _, err := control.CheckMountpoint(args.Mountpoint); err != nil {

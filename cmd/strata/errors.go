@@ -52,6 +52,10 @@ func hintFor(err error, arg string) string {
 		return "another strata process has the store open; retry when it is done"
 	case errors.Is(err, control.ErrNoFuse):
 		return "install fuse3 or load the kernel module (modprobe fuse)"
+	case errors.Is(err, control.ErrFuseDenied) && strings.Contains(err.Error(), "user_allow_other"):
+		return "add the line user_allow_other to /etc/fuse.conf, or mount without --allow-other"
+	case errors.Is(err, control.ErrFuseDenied):
+		return "users other than root need /dev/fuse open to them (mode 0666, as udev sets it) and fusermount3 (Debian: apt install fuse3); or mount as root"
 	case errors.Is(err, control.ErrNotMounted):
 		return "run `strata status` to see what is mounted"
 	case errors.Is(err, control.ErrBusy) && strings.Contains(err.Error(), "dead mount"):

@@ -20,6 +20,9 @@ var (
 	ErrBusy = errors.New("busy")
 	// ErrNoFuse: the FUSE device is missing.
 	ErrNoFuse = errors.New("fuse device not found")
+	// ErrFuseDenied: FUSE is there but this user may not mount through
+	// it (the device's mode, no helper, allow_other not allowed).
+	ErrFuseDenied = errors.New("fuse not usable by this user")
 	// ErrShuttingDown: the server is shutting down and takes no new mounts.
 	ErrShuttingDown = errors.New("server is shutting down")
 	// ErrUnknownOp: the server has no handler for the requested op.
@@ -61,6 +64,7 @@ var codes = []struct {
 	{"not_mounted", ErrNotMounted},
 	{"busy", ErrBusy},
 	{"no_fuse", ErrNoFuse},
+	{"fuse_denied", ErrFuseDenied},
 	{"shutting_down", ErrShuttingDown},
 	{"unknown_op", ErrUnknownOp},
 }

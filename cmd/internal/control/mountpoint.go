@@ -25,13 +25,74 @@ func FuseDevice() string {
 	return "/dev/fuse"
 }
 
-// CheckFuseDevice fails with ErrNoFuse when the FUSE device is missing.
-func CheckFuseDevice() error {
+// CheckFuseDevice fails with ErrNoFuse when the FUSE device is missing,
+// and with ErrFuseDenied when this user cannot mount through it: the
+// device does not open for reading and writing, or (for a user other than
+// root, who mounts through the set-user-ID helper) no fusermount3 or
+// fusermount is installed, or allowOther is asked for and /etc/fuse.conf
+// does not allow it. Checked here, each is one clear line; left to the
+// helper, it is an exit status and the helper's own message on the
+// server's stderr, which a backgrounded mount does not show.
+func CheckFuseDevice(allowOther bool) error {
 	dev := FuseDevice()
 	if _, err := os.Stat(dev); err != nil {
 		return coded(ErrNoFuse, fmt.Sprintf("fuse device %s not found", dev))
 	}
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		var errno syscall.Errno
+		if !errors.As(err, &errno) {
+			errno = syscall.EIO
+		}
+		return coded(ErrFuseDenied, fmt.Sprintf("fuse device %s: %v", dev, errno))
+	}
+	f.Close()
+	if os.Geteuid() == 0 {
+		return nil // mounts directly
+	}
+	if _, err := fusermount(); err != nil {
+		return coded(ErrFuseDenied, "no fusermount3 or fusermount helper installed: a user other than root mounts through it")
+	}
+	if allowOther && !userAllowOther(fuseConf) {
+		return coded(ErrFuseDenied, fmt.Sprintf("--allow-other needs user_allow_other in %s for a user other than root", fuseConf))
+	}
 	return nil
+}
+
+// fuseConf is the FUSE helper's configuration file.
+const fuseConf = "/etc/fuse.conf"
+
+// fusermount finds the helper go-fuse mounts through when it cannot mount
+// directly, where go-fuse looks for it.
+func fusermount() (string, error) {
+	var err error
+	for _, bin := range []string{"fusermount3", "fusermount"} {
+		var p string
+		if p, err = exec.LookPath(bin); err == nil {
+			return p, nil
+		}
+		if p, err = exec.LookPath("/bin/" + bin); err == nil {
+			return p, nil
+		}
+	}
+	return "", err
+}
+
+// userAllowOther reports whether the FUSE configuration at path lets users
+// other than root mount with allow_other: a line "user_allow_other",
+// comments after '#'.
+func userAllowOther(path string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if strings.TrimSpace(line) == "user_allow_other" {
+			return true
+		}
+	}
+	return false
 }
 
 // MountEntry is one line of /proc/self/mountinfo.
@@ -238,13 +299,11 @@ func detach(dir string) error {
 	if err == nil {
 		return nil
 	}
-	for _, bin := range []string{"fusermount3", "fusermount"} {
-		if path, lerr := exec.LookPath(bin); lerr == nil {
-			if out, cerr := exec.Command(path, "-uz", dir).CombinedOutput(); cerr != nil {
-				return fmt.Errorf("detach %s: %v: %s", dir, cerr, strings.TrimSpace(string(out)))
-			}
-			return nil
+	if path, lerr := fusermount(); lerr == nil {
+		if out, cerr := exec.Command(path, "-uz", dir).CombinedOutput(); cerr != nil {
+			return fmt.Errorf("detach %s: %v: %s", dir, cerr, strings.TrimSpace(string(out)))
 		}
+		return nil
 	}
 	return fmt.Errorf("detach %s: %w", dir, err)
 }

@@ -178,7 +178,7 @@ func (s *Server) mountLocked(a MountArgs) (MountInfo, error) {
 	if lm != nil {
 		return MountInfo{}, coded(layers.ErrMounted, fmt.Sprintf("sandbox %s is already mounted at %s", a.Name, lm.info.Mountpoint))
 	}
-	if err := CheckFuseDevice(); err != nil {
+	if err := CheckFuseDevice(a.AllowOther); err != nil {
 		return MountInfo{}, err
 	}
 	mp, err := CheckMountpoint(a.Mountpoint)
