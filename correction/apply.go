@@ -1,12 +1,14 @@
 package correction
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,7 +29,10 @@ type ApplyResult struct {
 	Modified []string `json:"modified"`
 	Deleted  []string `json:"deleted"`
 	Modes    []string `json:"modes"`
-	Millis   float64  `json:"millis"`
+	// Xattrs are the paths that kept their content but whose extended
+	// attributes (POSIX ACLs among them) changed.
+	Xattrs []string `json:"xattrs"`
+	Millis float64  `json:"millis"`
 }
 
 // Conflict is one base path that changed under the sandbox.
@@ -73,8 +78,36 @@ func fault(step int) error {
 // entryState is what a scan records about one path.
 type entryState struct {
 	attr   layers.Attr
-	fp     string // regular files: content fingerprint
-	target string // symlinks
+	fp     string  // regular files: content fingerprint
+	target string  // symlinks
+	xattrs []xattr // by name
+}
+
+// xattr is one extended attribute.
+type xattr struct {
+	Name  string `json:"name"`
+	Value []byte `json:"value"`
+}
+
+// xattrsOf reads every extended attribute of the view's inode ino, sorted
+// by name.
+func xattrsOf(v *layers.View, ino uint64) ([]xattr, error) {
+	xs, err := v.Xattrs(ino)
+	if err != nil || len(xs) == 0 {
+		return nil, err
+	}
+	out := make([]xattr, 0, len(xs))
+	for n, val := range xs {
+		out = append(out, xattr{n, val})
+	}
+	slices.SortFunc(out, func(a, b xattr) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// sameXattrs reports whether two sets of attributes, each sorted by name,
+// are equal.
+func sameXattrs(a, b []xattr) bool {
+	return slices.EqualFunc(a, b, func(x, y xattr) bool { return x.Name == y.Name && bytes.Equal(x.Value, y.Value) })
 }
 
 func (e entryState) typ() uint32  { return e.attr.Mode & syscall.S_IFMT }
@@ -116,6 +149,9 @@ func scan(v *layers.View) (map[string]entryState, []string, []Conflict, error) {
 					st.target, err = v.Readlink(a.Ino)
 				}
 			}
+			if err == nil {
+				st.xattrs, err = xattrsOf(v, a.Ino)
+			}
 			if err != nil {
 				if baseGone(p, err) {
 					continue
@@ -139,15 +175,19 @@ func scan(v *layers.View) (map[string]entryState, []string, []Conflict, error) {
 const (
 	opCreate  = iota // a path the base lacks (or has with another type)
 	opReplace        // new content for a file, symlink or node
-	opChmod          // permission bits only
+	opChmod          // permission bits (and maybe extended attributes)
+	opXattr          // extended attributes only
 )
 
 type change struct {
 	op   int
 	path string
 	live entryState
-	old  entryState // opReplace, opChmod: the base's
+	old  entryState // opReplace, opChmod, opXattr: the base's
 	n    int        // index of the staged file
+	// setXattrs: opChmod, opXattr: the attributes change in place (a
+	// created or replaced path is staged with its own).
+	setXattrs bool
 }
 
 // changeSet is what a sandbox changed against its base.
@@ -160,7 +200,7 @@ type changeSet struct {
 
 func diffTrees(base map[string]entryState, baseOrder []string, live map[string]entryState, liveOrder []string) changeSet {
 	var cs changeSet
-	cs.res = ApplyResult{Added: []string{}, Modified: []string{}, Deleted: []string{}, Modes: []string{}}
+	cs.res = ApplyResult{Added: []string{}, Modified: []string{}, Deleted: []string{}, Modes: []string{}, Xattrs: []string{}}
 	gone := map[string]bool{}
 	for _, p := range baseOrder {
 		b := base[p]
@@ -191,8 +231,15 @@ func diffTrees(base map[string]entryState, baseOrder []string, live map[string]e
 			cs.changes = append(cs.changes, change{op: opReplace, path: p, live: l, old: b})
 			cs.res.Modified = append(cs.res.Modified, p)
 		case l.perm() != b.perm():
-			cs.changes = append(cs.changes, change{op: opChmod, path: p, live: l, old: b})
+			x := !sameXattrs(l.xattrs, b.xattrs)
+			cs.changes = append(cs.changes, change{op: opChmod, path: p, live: l, old: b, setXattrs: x})
 			cs.res.Modes = append(cs.res.Modes, p)
+			if x {
+				cs.res.Xattrs = append(cs.res.Xattrs, p)
+			}
+		case !sameXattrs(l.xattrs, b.xattrs):
+			cs.changes = append(cs.changes, change{op: opXattr, path: p, live: l, old: b, setXattrs: true})
+			cs.res.Xattrs = append(cs.res.Xattrs, p)
 		}
 	}
 	for i := range cs.changes {
@@ -329,8 +376,79 @@ func (h *host) chmod(rel string, perm uint32) error {
 	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
 		return fmt.Errorf("chmod %s: is a symlink: %w", rel, layers.ErrInvalid)
 	}
-	if err := unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), perm, 0); err != nil {
+	if err := unix.Fchmodat(unix.AT_FDCWD, fdPath(fd, ""), perm, 0); err != nil {
 		return fmt.Errorf("chmod %s: %w", rel, err)
+	}
+	return nil
+}
+
+// fdPath is the path by which calls that take no descriptor reach entry
+// name of directory descriptor fd, or (name "") the inode fd itself: a
+// descriptor's magic link leads to its very inode, symlinks included,
+// whichever path it was opened by.
+func fdPath(fd int, name string) string {
+	p := "/proc/self/fd/" + strconv.Itoa(fd)
+	if name != "" {
+		p += "/" + name
+	}
+	return p
+}
+
+// xattrOps are the calls that change one entry's extended attributes.
+type xattrOps struct {
+	set    func(name string, val []byte) error
+	remove func(name string) error
+}
+
+// changeXattrs turns an entry's attributes from from into to (each sorted
+// by name): it removes what to lacks and sets what differs. As archive
+// export does, it leaves alone what the file system does not take
+// (EOPNOTSUPP) and what the caller may not set (EPERM: trusted.* and
+// security.* without privilege).
+func changeXattrs(o xattrOps, from, to []xattr) error {
+	var errs []error
+	check := func(name string, err error) {
+		if err != nil && !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENODATA) {
+			errs = append(errs, fmt.Errorf("xattr %s: %w", name, err))
+		}
+	}
+	find := func(xs []xattr, name string) (xattr, bool) {
+		i, ok := slices.BinarySearchFunc(xs, name, func(x xattr, n string) int { return strings.Compare(x.Name, n) })
+		if !ok {
+			return xattr{}, false
+		}
+		return xs[i], true
+	}
+	for _, x := range from {
+		if _, ok := find(to, x.Name); !ok {
+			check(x.Name, o.remove(x.Name))
+		}
+	}
+	for _, x := range to {
+		if old, ok := find(from, x.Name); ok && bytes.Equal(old.Value, x.Value) {
+			continue
+		}
+		check(x.Name, o.set(x.Name, x.Value))
+	}
+	return errors.Join(errs...)
+}
+
+// setXattrs turns the attributes of base path rel from from into to,
+// through a descriptor of the very inode that was resolved, with no
+// symlink followed.
+func (h *host) setXattrs(rel string, from, to []xattr) error {
+	fd, err := h.openat(rel, unix.O_PATH)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	p := fdPath(fd, "")
+	err = changeXattrs(xattrOps{
+		set:    func(n string, v []byte) error { return unix.Setxattr(p, n, v, 0) },
+		remove: func(n string) error { return unix.Removexattr(p, n) },
+	}, from, to)
+	if err != nil {
+		return fmt.Errorf("%s: %w", rel, err)
 	}
 	return nil
 }
@@ -410,7 +528,7 @@ func (h *host) conflicts(cs changeSet, origins []string, since time.Time) []Conf
 func (h *host) stageAll(v *layers.View, cs changeSet) error {
 	buf := make([]byte, 1<<20)
 	for _, c := range cs.changes {
-		if c.op == opChmod || c.live.typ() == syscall.S_IFDIR {
+		if c.op == opChmod || c.op == opXattr || c.live.typ() == syscall.S_IFDIR {
 			continue
 		}
 		if err := h.stageOne(v, c, buf); err != nil {
@@ -443,8 +561,16 @@ func (h *host) stageOne(v *layers.View, c change, buf []byte) error {
 	if err == nil && os.Geteuid() == 0 {
 		err = unix.Fchownat(h.stage, name, int(a.UID), int(a.GID), unix.AT_SYMLINK_NOFOLLOW)
 	}
+	if err == nil {
+		// After the chown, which drops file capabilities.
+		p := fdPath(h.stage, name)
+		err = changeXattrs(xattrOps{ // nothing to remove from a new entry
+			set: func(n string, v []byte) error { return unix.Lsetxattr(p, n, v, 0) },
+		}, nil, c.live.xattrs)
+	}
 	if err == nil && c.live.typ() != syscall.S_IFLNK {
-		// After the chown, which clears set-id bits.
+		// After the chown, which clears set-id bits, and the ACL, which
+		// sets group bits.
 		err = unix.Fchmodat(h.stage, name, c.live.perm(), 0)
 	}
 	if err == nil {
@@ -482,14 +608,19 @@ func (h *host) stageFile(v *layers.View, name string, a layers.Attr, buf []byte)
 }
 
 // move runs the steps of the move phase in order and makes them durable.
-// It returns how many steps it made: on an error, those are what must be
-// undone.
+// It returns how many steps it made, or began: on an error, those are
+// what must be undone.
 func (h *host) move(steps []moveStep) (int, error) {
 	for i, s := range steps {
 		if err := fault(i); err != nil {
 			return i, err
 		}
 		if err := h.do(s); err != nil {
+			if s.Op == stepXattr {
+				// It may have changed some attributes before it failed;
+				// its undo, which needs no proof, puts them back.
+				return i + 1, err
+			}
 			return i, err
 		}
 	}
@@ -500,8 +631,8 @@ func (h *host) move(steps []moveStep) (int, error) {
 }
 
 // Apply writes the net changes of the plan's sandbox — creates, edits,
-// deletes, renames (as a delete and a create), modes, symlinks — onto its
-// base directory, and marks the plan applied. It refuses with a
+// deletes, renames (as a delete and a create), modes, extended attributes
+// and POSIX ACLs, symlinks — onto its base directory, and marks the plan applied. It refuses with a
 // *ConflictError when a base path the sandbox touches changed since the
 // sandbox was created, and with ErrNothingToApply when there is nothing to
 // write. Host paths are resolved beneath the base without following

@@ -1,6 +1,7 @@
 package correction
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/strata-sandbox/strata/layers"
 )
@@ -29,7 +32,26 @@ func applyBase(base string) {
 	w("tree/b", "b", 0o644)
 	w("kind", "a file that becomes a directory", 0o644)
 	w("ro/f", "f", 0o644)
+	w("xa.txt", "attributes", 0o644)
+	unix.Setxattr(filepath.Join(base, "xa.txt"), "user.old", []byte("1"), 0)
+	unix.Setxattr(filepath.Join(base, "xa.txt"), "user.keep", []byte("k"), 0)
+	unix.Setxattr(filepath.Join(base, "xa.txt"), "user.same", []byte("s"), 0)
 	os.Symlink("keep.txt", filepath.Join(base, "link"))
+}
+
+// userACL is the POSIX ACL user::rwx,user:65534:r--,group::r-x,mask::r-x,
+// other::r-x as system.posix_acl_access holds it.
+func userACL() []byte {
+	acl := []byte{2, 0, 0, 0}
+	for _, e := range []struct {
+		tag, perm uint16
+		id        uint32
+	}{{1, 7, 0xffffffff}, {2, 4, 65534}, {4, 5, 0xffffffff}, {0x10, 5, 0xffffffff}, {0x20, 5, 0xffffffff}} {
+		acl = binary.LittleEndian.AppendUint16(acl, e.tag)
+		acl = binary.LittleEndian.AppendUint16(acl, e.perm)
+		acl = binary.LittleEndian.AppendUint32(acl, e.id)
+	}
+	return acl
 }
 
 // changeAll makes one change of every kind through the mount.
@@ -66,23 +88,47 @@ func changeAll(t *testing.T, e *env) {
 	if err := os.Chmod(m("ro"), 0o555); err != nil {
 		t.Fatal(err)
 	}
+	// Extended attributes: alone on an unchanged file, replacing and
+	// removing a base file's, with a mode change (an ACL too), on a
+	// directory, on created and replaced entries.
+	for _, x := range []struct{ rel, name, val string }{
+		{"keep.txt", "user.tag", "v1"},
+		{"xa.txt", "user.keep", "K2"},
+		{"xa.txt", "user.old", ""},
+		{"mode.sh", "system.posix_acl_access", string(userACL())},
+		{"ro", "user.dir", "1"},
+		{"new/deep", "user.d", "1"},
+		{"new/deep/file", "user.f", "1"},
+		{"edit.txt", "user.e", "1"},
+	} {
+		var err error
+		if x.val == "" {
+			err = unix.Removexattr(m(x.rel), x.name)
+		} else {
+			err = unix.Setxattr(m(x.rel), x.name, []byte(x.val), 0)
+		}
+		if err != nil {
+			t.Fatalf("xattr %s of %s: %v", x.name, x.rel, err)
+		}
+	}
 }
 
 var appliedTree = map[string]string{
-	"keep.txt":      "-rw-r--r-- keep",
-	"edit.txt":      "-rw-r--r-- new content",
-	"mode.sh":       "-rwxr-xr-x #!/bin/sh\n",
+	"keep.txt":      "-rw-r--r-- keep [user.tag=v1]",
+	"edit.txt":      "-rw-r--r-- new content [user.e=1]",
+	"mode.sh":       "-rwxr-xr-x #!/bin/sh\n [system.posix_acl_access=" + string(userACL()) + "]",
 	"renamed.txt":   "-rw-r--r-- moved",
 	"new":           "drwxr-xr-x",
-	"new/deep":      "drwxr-x---",
-	"new/deep/file": "-rw-r--r-- created",
+	"new/deep":      "drwxr-x--- [user.d=1]",
+	"new/deep/file": "-rw-r--r-- created [user.f=1]",
 	"link":          "Lrwxrwxrwx -> edit.txt",
 	"abs":           "Lrwxrwxrwx -> /etc/passwd",
 	"kind":          "drwxr-xr-x",
 	"kind/inside":   "-rw-r--r-- now a directory",
 	"pipe":          "prw-------",
-	"ro":            "dr-xr-xr-x",
+	"ro":            "dr-xr-xr-x [user.dir=1]",
 	"ro/f":          "-rw-r--r-- f",
+	"xa.txt":        "-rw-r--r-- attributes [user.keep=K2 user.same=s]",
 }
 
 func TestApplyWritesBase(t *testing.T) {
@@ -106,6 +152,9 @@ func TestApplyWritesBase(t *testing.T) {
 	}
 	if got := strings.Join(res.Modified, " "); got != "edit.txt kind link" {
 		t.Errorf("modified: got %q", got)
+	}
+	if got := strings.Join(res.Xattrs, " "); got != "keep.txt mode.sh ro xa.txt" {
+		t.Errorf("xattrs: got %q", got)
 	}
 	// Mtimes come along.
 	st, _ := os.Stat(filepath.Join(e.base, "edit.txt"))

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/strata-sandbox/strata/checkpoint"
 	sfs "github.com/strata-sandbox/strata/fs"
 	"github.com/strata-sandbox/strata/layers"
@@ -175,6 +177,9 @@ func tree(t *testing.T, dir string) map[string]string {
 			}
 			desc += " " + string(b)
 		}
+		if xs := xattrDesc(t, p); xs != "" {
+			desc += " [" + xs + "]"
+		}
 		out[filepath.ToSlash(rel)] = desc
 		return nil
 	})
@@ -182,6 +187,32 @@ func tree(t *testing.T, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// xattrDesc lists the extended attributes of p, not following a symlink:
+// "name=value ..." by name.
+func xattrDesc(t *testing.T, p string) string {
+	t.Helper()
+	buf := make([]byte, 64<<10)
+	n, err := unix.Llistxattr(p, buf)
+	if err != nil {
+		t.Fatalf("listxattr %s: %v", p, err)
+	}
+	var names []string
+	for _, name := range strings.Split(string(buf[:n]), "\x00") {
+		if name != "" && !strings.HasPrefix(name, "security.") { // SELinux labels and the like are the host's
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		m, err := unix.Lgetxattr(p, name, buf)
+		if err != nil {
+			t.Fatalf("getxattr %s %s: %v", p, name, err)
+		}
+		names[i] = name + "=" + string(buf[:m])
+	}
+	return strings.Join(names, " ")
 }
 
 func diffTree(got, want map[string]string) string {

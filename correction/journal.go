@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,6 +32,7 @@ const (
 	stepIn    = "in"    // move staged Name to base Path
 	stepMkdir = "mkdir" // make directory Path, mode 0700 until its chmod step
 	stepChmod = "chmod" // set the permission bits of Path from Old to Mode
+	stepXattr = "xattr" // turn the extended attributes of Path from OldX into X (mode Old before)
 )
 
 // moveStep is one step of an apply's move phase.
@@ -40,8 +42,10 @@ type moveStep struct {
 	Name string `json:"name,omitempty"`
 	Mode uint32 `json:"mode,omitempty"`
 	Old  uint32 `json:"old,omitempty"`
-	// Made: the path is a directory the apply makes (mkdir, chmod).
-	Made bool `json:"made,omitempty"`
+	// Made: the path is a directory the apply makes (mkdir, chmod, xattr).
+	Made bool    `json:"made,omitempty"`
+	X    []xattr `json:"x,omitempty"`
+	OldX []xattr `json:"old_x,omitempty"`
 }
 
 // applyJournal is the intent record of an apply, kept under
@@ -60,9 +64,11 @@ func keyApply(id string) string { return "x/plan/apply/" + id }
 
 // planSteps lists the move phase of cs in order: first what goes is moved
 // away (deleted paths, then the old versions of replaced ones), then what
-// comes is put in place, parents first, then modes are set: files first,
-// then directories children first, so that a read-only directory is made so
-// after its entries are in place.
+// comes is put in place, parents first, then extended attributes change in
+// place (existing paths, made directories), then modes are set: files
+// first, then directories children first, so that a read-only directory
+// is made so after its entries are in place. Modes come after attributes,
+// since an access ACL sets group bits.
 func planSteps(cs changeSet) []moveStep {
 	var steps []moveStep
 	for i, p := range cs.top {
@@ -76,6 +82,7 @@ func planSteps(cs changeSet) []moveStep {
 	var modes []change
 	for _, c := range cs.changes {
 		switch {
+		case c.op == opXattr:
 		case c.op == opChmod:
 			modes = append(modes, c)
 		case c.live.typ() == syscall.S_IFDIR:
@@ -83,6 +90,14 @@ func planSteps(cs changeSet) []moveStep {
 			steps = append(steps, moveStep{Op: stepMkdir, Path: c.path, Made: true})
 		default:
 			steps = append(steps, moveStep{Op: stepIn, Path: c.path, Name: stagedName(c.n)})
+		}
+	}
+	for _, c := range cs.changes {
+		switch {
+		case c.setXattrs:
+			steps = append(steps, moveStep{Op: stepXattr, Path: c.path, X: c.live.xattrs, OldX: c.old.xattrs, Old: c.old.perm()})
+		case c.op == opCreate && c.live.typ() == syscall.S_IFDIR && len(c.live.xattrs) > 0:
+			steps = append(steps, moveStep{Op: stepXattr, Path: c.path, X: c.live.xattrs, Made: true})
 		}
 	}
 	sort.SliceStable(modes, func(i, j int) bool {
@@ -111,6 +126,8 @@ func (h *host) do(s moveStep) error {
 		return h.moveIn(s.Name, s.Path)
 	case stepMkdir:
 		return h.mkdir(s.Path)
+	case stepXattr:
+		return h.setXattrs(s.Path, s.OldX, s.X)
 	}
 	return h.chmod(s.Path, s.Mode)
 }
@@ -152,11 +169,32 @@ func (h *host) undo(s moveStep) error {
 			return fmt.Errorf("rmdir %s: %w", s.Path, err)
 		}
 		return nil
+	case stepXattr:
+		err := h.setXattrs(s.Path, s.X, s.OldX)
+		if err == nil && !s.Made && hasAccessACL(s) {
+			// Setting an access ACL set the mode's bits; removing it
+			// does not set them back.
+			err = h.chmod(s.Path, s.Old)
+		}
+		if err != nil && !absent(err) {
+			return err
+		}
+		return nil
 	}
 	if err := h.chmod(s.Path, s.Old); err != nil && !absent(err) {
 		return err
 	}
 	return nil
+}
+
+// hasAccessACL reports whether xattr step s sets or removes an access ACL.
+func hasAccessACL(s moveStep) bool {
+	for _, x := range append(slices.Clip(s.X), s.OldX...) {
+		if x.Name == layers.XattrACLAccess {
+			return true
+		}
+	}
+	return false
 }
 
 // absent reports whether err says a path is not there (its parent is not

@@ -30,7 +30,16 @@ func initFileSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^I note the inode numbers of every file in the mount$`, noteInodes)
 	sc.Step(`^every file in the mount has the inode number I noted$`, sameInodes)
 	sc.Step(`^I run setfacl (.+) on "([^"]*)" in the mount$`, setfacl)
-	sc.Step(`^getfacl of "([^"]*)" in the mount shows "([^"]*)"$`, getfaclShows)
+	sc.Step(`^getfacl of "([^"]*)" in the mount shows "([^"]*)"$`, func(ctx context.Context, rel, want string) error {
+		return getfaclShows(getWorld(ctx).path(rel), want)
+	})
+	sc.Step(`^getfacl of "([^"]*)" in the base shows "([^"]*)"$`, func(ctx context.Context, rel, want string) error {
+		return getfaclShows(filepath.Join(getWorld(ctx).base, filepath.FromSlash(rel)), want)
+	})
+	sc.Step(`^I set the attribute "([^"]*)" of "([^"]*)" to "([^"]*)" in the mount$`, func(ctx context.Context, name, rel, val string) error {
+		return syscall.Setxattr(getWorld(ctx).path(rel), name, []byte(val), 0)
+	})
+	sc.Step(`^"([^"]*)" in the base has the attribute "([^"]*)" set to "([^"]*)"$`, baseHasAttr)
 	sc.Step(`^"([^"]*)" in the mount has the mode (\d+)$`, hasMode)
 	sc.Step(`^I change the mode of "([^"]*)" in the mount to (\d+)$`, changeMode)
 }
@@ -49,10 +58,11 @@ func setfacl(ctx context.Context, args, rel string) error {
 	return nil
 }
 
-func getfaclShows(ctx context.Context, rel, want string) error {
-	out, err := exec.Command("getfacl", "-n", "-p", getWorld(ctx).path(rel)).CombinedOutput()
+// getfaclShows checks that getfacl(1) of path lists the entry want.
+func getfaclShows(path, want string) error {
+	out, err := exec.Command("getfacl", "-n", "-p", path).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("getfacl %s: %v: %s", rel, err, out)
+		return fmt.Errorf("getfacl %s: %v: %s", path, err, out)
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		// An entry the mask narrows carries "\t#effective:...".
@@ -61,7 +71,19 @@ func getfaclShows(ctx context.Context, rel, want string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("getfacl %s shows no line %q:\n%s", rel, want, out)
+	return fmt.Errorf("getfacl %s shows no line %q:\n%s", path, want, out)
+}
+
+func baseHasAttr(ctx context.Context, rel, name, want string) error {
+	buf := make([]byte, 64<<10)
+	n, err := syscall.Getxattr(filepath.Join(getWorld(ctx).base, filepath.FromSlash(rel)), name, buf)
+	if err != nil {
+		return fmt.Errorf("%s in the base: getxattr %s: %w", rel, name, err)
+	}
+	if got := string(buf[:n]); got != want {
+		return fmt.Errorf("%s in the base: %s is %q, want %q", rel, name, got, want)
+	}
+	return nil
 }
 
 func hasMode(ctx context.Context, rel, mode string) error {

@@ -84,6 +84,16 @@ Feature: Plans, decisions and corrections
     And the error says "plan already applied"
     And "a.txt" in the base contains "two"
 
+  Scenario: Apply carries extended attributes and ACLs
+    When I run setfacl -m u:65534:r on "a.txt" in the mount
+    And I set the attribute "user.origin" of "keep.txt" to "agent" in the mount
+    And I apply the plan "p"
+    Then the plan "p" is applied
+    And "a.txt" in the base contains "two"
+    And getfacl of "a.txt" in the base shows "user:65534:r--"
+    And "keep.txt" in the base contains "keep"
+    And "keep.txt" in the base has the attribute "user.origin" set to "agent"
+
   Scenario: Apply refuses when the base changed under the sandbox
     When someone writes "theirs" to "a.txt" in the base
     And I try to apply the plan "p"

@@ -103,6 +103,18 @@ func TestBaseXattrNamespaces(t *testing.T) {
 	if err != nil || len(ls) != 0 {
 		t.Fatalf("plain file: got %v, %v; want none", ls, err)
 	}
+	// Xattrs has them all at once, as copies.
+	all, err := v.Xattrs(ino)
+	if err != nil || len(all) != 2 || !bytes.Equal(all[XattrACLAccess], acl) || string(all["user.u"]) != "u" {
+		t.Fatalf("Xattrs of the acl file: got %q, %v", all, err)
+	}
+	all["user.u"][0] = 'x'
+	if got, _ := v.GetXattr(ino, "user.u"); string(got) != "u" {
+		t.Fatalf("changing Xattrs' result changed the view: user.u is %q", got)
+	}
+	if _, err := v.Xattrs(1 << 40); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Xattrs of an unknown inode: got %v, want ErrNotFound", err)
+	}
 }
 
 func TestFrozenDataMissing(t *testing.T) {

@@ -994,24 +994,47 @@ func (v *View) GetXattr(ino uint64, name string) ([]byte, error) {
 	return append([]byte(nil), val...), nil
 }
 
+// Xattrs returns every extended attribute of ino with its value, all read
+// at one moment: what a copy of the file must carry.
+func (v *View) Xattrs(ino uint64) (map[string][]byte, error) {
+	var out map[string][]byte
+	err := v.withXattrs(ino, func(xs map[string][]byte) {
+		out = make(map[string][]byte, len(xs))
+		for k, val := range xs {
+			out[k] = append([]byte(nil), val...)
+		}
+	})
+	return out, err
+}
+
 // ListXattr lists extended attribute names, sorted.
 func (v *View) ListXattr(ino uint64) ([]string, error) {
+	var out []string
+	err := v.withXattrs(ino, func(xs map[string][]byte) {
+		out = make([]string, 0, len(xs))
+		for k := range xs {
+			out = append(out, k)
+		}
+		sort.Strings(out)
+	})
+	return out, err
+}
+
+// withXattrs runs fn on the attributes of ino, under mu: fn must not keep
+// the map.
+func (v *View) withXattrs(ino uint64, fn func(map[string][]byte)) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	st, err := v.getInode(ino)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	xs, err := v.xattrsLocked(st)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]string, 0, len(xs))
-	for k := range xs {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out, nil
+	fn(xs)
+	return nil
 }
 
 // Xattr set flags, as setxattr takes them.

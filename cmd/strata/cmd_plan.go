@@ -415,7 +415,7 @@ func newPlanApplyCommand(g *globals) *cobra.Command {
 		Use:   "apply PLAN",
 		Short: "Write the plan's net changes onto the sandbox's base directory",
 		Long: `Write what the sandbox changed — creates, edits, deletes, renames, modes,
-symlinks — onto its base directory. Refuses, listing the paths, when the
+extended attributes and ACLs, symlinks — onto its base directory. Refuses, listing the paths, when the
 base changed under the sandbox since it was created. New content is staged
 next to the base first and moved into place; a failure puts everything
 back. An applied plan can no longer be rolled back or reverted.`,
@@ -428,8 +428,8 @@ back. An applied plan can no longer be rolled back or reverted.`,
 			if g.json {
 				return printJSON(g.stdout, r)
 			}
-			_, err := fmt.Fprintf(g.stdout, "applied plan onto %s: %d added, %d modified, %d deleted, %d mode changes in %.2f ms\n",
-				r.Base, len(r.Added), len(r.Modified), len(r.Deleted), len(r.Modes), r.Millis)
+			_, err := fmt.Fprintf(g.stdout, "applied plan onto %s: %d added, %d modified, %d deleted, %d mode changes, %d attribute changes in %.2f ms\n",
+				r.Base, len(r.Added), len(r.Modified), len(r.Deleted), len(r.Modes), len(r.Xattrs), r.Millis)
 			return err
 		},
 	}
