@@ -54,10 +54,14 @@
 // Handles remember the view's epoch. After a rollback, I/O on a handle
 // opened before it fails with ESTALE (as NFS does for a file replaced on the
 // server), with one exception: a read the kernel answers from its page
-// cache. The rollback drops the file's pages, so such a read can only see
-// pages a newer open brought in, which hold the checkpoint's content;
-// nothing of the rolled-back state is ever served. New opens see the
-// checkpoint. A process whose working directory is inside the
+// cache, which for a file the rollback left as it was holds the same
+// content. A file the rollback touched loses its pages and gets a new
+// kernel inode (generation.go): a shared mapping made before the rollback
+// stays on the old one, where a page-in fails (SIGBUS) and nothing it
+// stores reaches the checkpoint's file, and reads of old handles find no
+// page a new open brought in. New opens see the checkpoint; one that
+// comes through a dentry the kernel kept is answered ESTALE, and the
+// kernel looks the path up again and opens the new inode. A process whose working directory is inside the
 // sandbox keeps it: the directory keeps its inode number, and paths resolve
 // in the checkpoint's tree (or fail with ENOENT where it has no such name).
 package fs

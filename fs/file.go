@@ -47,6 +47,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 }
 
 func (n *node) open(flags uint32, mayPassthrough bool) (gofs.FileHandle, uint32, syscall.Errno) {
+	if n.stale() {
+		// A dentry from before a rollback: the kernel looks the path up
+		// again and opens the file's new inode (generation.go).
+		return nil, 0, syscall.ESTALE
+	}
 	v := n.view()
 	if v.ReadOnly() && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		return nil, 0, syscall.EROFS

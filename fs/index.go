@@ -8,8 +8,9 @@ import (
 
 // inodeIndex finds the go-fuse inodes of an inode number, so a rollback
 // can tell the kernel about the inodes it changed without walking every
-// inode the kernel knows. go-fuse keeps one inode per number: when two
-// lookups of one number race, it keeps the first and discards the other,
+// inode the kernel knows. go-fuse keeps one inode per number and
+// generation (generation.go): when two lookups of one race, it keeps the
+// first and discards the other,
 // which stays here (never forgotten, as the kernel never knew it) and gets
 // notifications the kernel ignores. Lookups and links hand go-fuse the
 // inode it already has (live), so only such races leave one behind.
@@ -33,8 +34,10 @@ func (x *inodeIndex) add(ino uint64, in *gofs.Inode) {
 	x.m[ino] = append(list, in)
 }
 
-// remove drops in, which the kernel forgot.
-func (x *inodeIndex) remove(ino uint64, in *gofs.Inode) {
+// remove drops in, which the kernel forgot, and reports whether the
+// kernel still holds another inode of number ino (a file's inode of
+// another generation).
+func (x *inodeIndex) remove(ino uint64, in *gofs.Inode) (others bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	list := x.m[ino]
@@ -46,9 +49,16 @@ func (x *inodeIndex) remove(ino uint64, in *gofs.Inode) {
 	}
 	if len(list) == 0 {
 		delete(x.m, ino)
-	} else {
-		x.m[ino] = list
+		return false
 	}
+	x.m[ino] = list
+	for _, o := range list {
+		//lint:ignore SA1019 see live
+		if !o.Forgotten() {
+			return true
+		}
+	}
+	return false
 }
 
 // live returns the inode of id that go-fuse holds for the kernel, if one

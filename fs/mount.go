@@ -35,8 +35,9 @@ type Mount struct {
 	root        *node
 	blksize     uint32
 	passthrough bool
-	index       inodeIndex // the inodes the kernel may hold, by number
-	negs        negatives  // the missing names the kernel may hold
+	index       inodeIndex  // the inodes the kernel may hold, by number
+	negs        negatives   // the missing names the kernel may hold
+	gens        generations // of regular files' kernel inodes
 	raw         *killprivFS
 	umasks      *umaskFS
 }
@@ -62,6 +63,13 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 	}
 	m := &Mount{view: v, dir: dir, blksize: uint32(min(v.BlockSize(), 1<<20)), passthrough: !o.NoPassthrough && v.ReadOnly()}
 	m.root = &node{m: m}
+	v.OnRepoint(func(t *layers.Touched) {
+		if t == nil {
+			m.gens.touchAll()
+		} else {
+			m.gens.touch(t.Inodes)
+		}
+	})
 	mopts := []string{"default_permissions"}
 	if v.ReadOnly() {
 		mopts = append(mopts, "ro")

@@ -52,6 +52,24 @@ var (
 
 func (n *node) ino() uint64 { return n.StableAttr().Ino }
 
+// stableAttr is the go-fuse identity of inode number ino of type mode:
+// for a regular file, its current generation (generation.go).
+func (m *Mount) stableAttr(ino uint64, mode uint32) gofs.StableAttr {
+	id := gofs.StableAttr{Mode: mode & syscall.S_IFMT, Ino: ino}
+	if id.Mode == syscall.S_IFREG {
+		id.Gen = m.gens.of(ino)
+	}
+	return id
+}
+
+// stale reports whether n is a regular file's inode of a generation a
+// rollback has moved on from: the kernel reaches it only through what it
+// held from before.
+func (n *node) stale() bool {
+	id := n.StableAttr()
+	return id.Mode == syscall.S_IFREG && id.Gen != n.m.gens.of(id.Ino)
+}
+
 func (n *node) view() *layers.View { return n.m.view }
 
 func fillAttr(out *fuse.Attr, a layers.Attr, blksize uint32) {
@@ -104,7 +122,7 @@ func fillStatx(out *fuse.Statx, a layers.Attr, blksize uint32) {
 
 func (n *node) child(ctx context.Context, a layers.Attr, out *fuse.EntryOut) *gofs.Inode {
 	fillAttr(&out.Attr, a, n.m.blksize)
-	id := gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino}
+	id := n.m.stableAttr(a.Ino, a.Mode)
 	// An inode go-fuse has already (a name looked up again after a
 	// rollback, another name of a file) is the one it would keep: a new
 	// one would be discarded and stay in the index for good.
@@ -276,7 +294,7 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 		return nil, nil, 0, toErrno(err)
 	}
 	fillAttr(&out.Attr, a, n.m.blksize)
-	ch := n.NewInode(ctx, &node{m: n.m}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: a.Ino})
+	ch := n.NewInode(ctx, &node{m: n.m}, n.m.stableAttr(a.Ino, syscall.S_IFREG))
 	n.m.index.add(a.Ino, ch)
 	cn := ch.Operations().(*node)
 	// The view counted the file as open already; the handle's release ends it.
@@ -287,10 +305,12 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	return ch, h, fuse.FOPEN_KEEP_CACHE, 0
 }
 
-// OnForget lets the view drop what it keeps of an inode the kernel let go.
+// OnForget lets the view drop what it keeps of an inode the kernel let go,
+// once the kernel holds no inode of its number (of any generation).
 func (n *node) OnForget() {
-	n.m.index.remove(n.ino(), &n.Inode)
-	n.view().Forget(n.ino())
+	if !n.m.index.remove(n.ino(), &n.Inode) {
+		n.view().Forget(n.ino())
+	}
 }
 
 // Symlink creates a symlink.

@@ -425,11 +425,14 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 		err = v.restackLocked(stack, changed)
 		v.pre.complete = true // next is empty
 		v.epoch.Add(1)
+		var t *Touched
+		if rd != nil && err == nil {
+			t = rd.changed.touched()
+		}
+		if v.onRepoint != nil {
+			v.onRepoint(t)
+		}
 		if moved != nil && err == nil {
-			var t *Touched
-			if rd != nil {
-				t = rd.changed.touched()
-			}
 			movedDone = make(chan struct{})
 			go func() {
 				defer close(movedDone)

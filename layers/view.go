@@ -162,10 +162,12 @@ type View struct {
 	ioMu sync.RWMutex
 
 	// mu protects every field below it.
-	mu     sync.Mutex
-	stack  []string      // layer ids, active first
-	epoch  atomic.Uint64 // changed under mu; read without it (every handle I/O)
-	inodes map[uint64]*inodeState
+	mu    sync.Mutex
+	stack []string      // layer ids, active first
+	epoch atomic.Uint64 // changed under mu; read without it (every handle I/O)
+	// onRepoint is told, under mu, what each repoint touched (OnRepoint).
+	onRepoint func(*Touched)
+	inodes    map[uint64]*inodeState
 	// zombies are inodes with no name left and no open file, that the
 	// kernel may still hold (an open directory, a cwd): they answer
 	// getattr with no links until the kernel forgets them, and are never
@@ -295,6 +297,17 @@ func (v *View) ReadOnly() bool { return v.ro }
 // File handles remember the epoch they were opened in.
 func (v *View) Epoch() uint64 {
 	return v.epoch.Load()
+}
+
+// OnRepoint registers fn, which every repoint of the view (a rollback, a
+// restore) calls with what it touched, or nil when it cannot tell, before
+// any operation sees the new state: fn runs under the view's lock, so it
+// must only take note. A mount uses it to give the files a rollback
+// touched new kernel inodes before anyone can open them again.
+func (v *View) OnRepoint(fn func(*Touched)) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.onRepoint = fn
 }
 
 // setStackLocked points the view at a new stack and forgets every cached

@@ -1,0 +1,57 @@
+package fs
+
+import "sync"
+
+// generations numbers the kernel inodes of regular files. A rollback (or
+// restore) that touches a file moves it to a new generation; go-fuse keys
+// its nodes by StableAttr, generation included, so the next lookup of the
+// file gives the kernel a new inode. The kernel keeps a page cache and the
+// shared mappings per inode, not per open: were the file to keep its
+// kernel inode, a mapping made before the rollback would fault in the
+// pages a new open brought in, and its stores would reach the
+// checkpoint's file through that open's writeback. On the new inode, new
+// opens and old mappings share nothing: the old inode's page-ins and
+// writebacks come with the old handles, which fail with ESTALE. An open
+// that reaches the old inode through a dentry the kernel still holds
+// fails with ESTALE too (staleOpen), and the kernel then looks the path
+// up again (LOOKUP_REVAL) and opens the new inode. Directories keep their
+// inodes: they have no pages to share, and a process's working directory
+// stays where it is.
+type generations struct {
+	mu   sync.Mutex
+	cur  uint64            // the newest generation handed out
+	all  uint64            // every file's floor: a rollback that could not tell what it touched
+	byNo map[uint64]uint64 // by inode number: the last rollback that touched it
+}
+
+// of is the generation of inode ino.
+func (g *generations) of(ino uint64) uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return max(g.all, g.byNo[ino])
+}
+
+// touch moves inodes inos to a new generation.
+func (g *generations) touch(inos []uint64) {
+	if len(inos) == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cur++
+	if g.byNo == nil {
+		g.byNo = map[uint64]uint64{}
+	}
+	for _, ino := range inos {
+		g.byNo[ino] = g.cur
+	}
+}
+
+// touchAll moves every inode to a new generation.
+func (g *generations) touchAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cur++
+	g.all = g.cur
+	clear(g.byNo) // all is above every entry
+}
