@@ -108,6 +108,9 @@ type inodeState struct {
 	// file's and bblocks, the base's st_blocks, is what it occupies.
 	pureBase bool
 	bblocks  int64
+	// bblocksKnown: bblocks holds the base file's st_blocks for a file
+	// a layer records too (statAttrLocked).
+	bblocksKnown bool
 	// allocBlocks is what statAttrLocked counted of the block map, while
 	// allocKnown: any change of the map or its pages clears it.
 	allocBlocks int64
@@ -1043,7 +1046,7 @@ func (v *View) getInode(ino uint64) (*inodeState, error) {
 	st := &inodeState{ino: ino, rec: rec, inActive: inActive}
 	if fromBase {
 		st.bsize, st.bmtime, st.bknown = rec.Size, rec.Mtime, true
-		st.pureBase, st.bblocks = true, bblocks
+		st.pureBase, st.bblocks, st.bblocksKnown = true, bblocks, true
 	}
 	v.inodes[ino] = st
 	return st, nil
@@ -1259,7 +1262,8 @@ func beUint64(b []byte) uint64 {
 // --sparse). An untouched base file occupies what the base file does. A
 // file a layer records occupies the 4 KiB pages of its layers' blocks
 // that hold data (a page never written, or written with zeros, is a hole,
-// as its checksum tells), plus the base it still reads, counted dense. A
+// as its checksum tells), plus the base it still reads, counted dense but
+// never more than the base file occupies. A
 // large file's block map is loaded for it once; a file of one block or
 // less is counted by its size.
 func (v *View) statAttrLocked(st *inodeState) Attr {
@@ -1315,10 +1319,10 @@ func (v *View) statAttrLocked(st *inodeState) Attr {
 		}
 		// The base's blocks below end, less those a layer replaced.
 		nb := uint64((end + v.bs - 1) / v.bs)
-		bytes += roundPage(min(int64(nb)*v.bs, size))
+		base := roundPage(min(int64(nb)*v.bs, size))
 		replaced := func(blk uint64) {
 			if blk < nb {
-				bytes -= roundPage(min(v.bs, size-int64(blk)*v.bs))
+				base -= roundPage(min(v.bs, size-int64(blk)*v.bs))
 			}
 		}
 		for blk := range st.active {
@@ -1329,6 +1333,17 @@ func (v *View) statAttrLocked(st *inodeState) Attr {
 				replaced(blk)
 			}
 		}
+		// No more than the base file occupies: a sparse base file's holes
+		// stay holes.
+		if !st.bblocksKnown {
+			if bst, _, err := v.base.lstatx(st.rec.Origin); err == nil {
+				st.bblocks, st.bblocksKnown = bst.Blocks, true
+			}
+		}
+		if st.bblocksKnown {
+			base = min(base, st.bblocks*512)
+		}
+		bytes += max(0, base)
 	}
 	a.Blocks = max(0, bytes) / 512
 	st.allocBlocks, st.allocKnown = a.Blocks, true
