@@ -3,9 +3,13 @@ package checkpoint
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/strata-sandbox/strata/layers"
 )
@@ -183,5 +187,64 @@ func TestDiffReplacedEntries(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, oracle) {
 		t.Fatalf("diff:\n got %+v\nfull walk %+v", got, oracle)
+	}
+}
+
+// TestDiffXattrChanges: a change of extended attributes alone (an ACL
+// among them) is a modification, in a diff between checkpoints, against
+// the live state and in what a rollback reports; the same attributes set
+// and taken away again are not.
+func TestDiffXattrChanges(t *testing.T) {
+	l := newLive(t, func(base string) {
+		os.WriteFile(filepath.Join(base, "base.txt"), []byte("base"), 0o644)
+		os.WriteFile(filepath.Join(base, "quiet.txt"), []byte("quiet"), 0o644)
+	})
+	l.write("new.txt", "new")
+	l.write("back.txt", "back")
+	c0, err := l.mgr.Create("s", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(rel, name, val string) {
+		t.Helper()
+		if err := unix.Setxattr(filepath.Join(l.mnt, rel), name, []byte(val), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("base.txt", "user.a", "1")
+	set("new.txt", "user.b", "2")
+	set("back.txt", "user.c", "3")
+	if err := unix.Removexattr(filepath.Join(l.mnt, "back.txt"), "user.c"); err != nil {
+		t.Fatal(err)
+	}
+	want := Diff{
+		Added:        []string{},
+		Modified:     []string{"base.txt", "new.txt"},
+		Deleted:      []string{},
+		ChangedBytes: int64(len("base") + len("new")),
+	}
+	got, err := l.mgr.DiffCheckpoints(c0.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("diff with the live state:\n got %+v\nwant %+v", got, want)
+	}
+	c1, err := l.mgr.Create("s", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = l.mgr.DiffCheckpoints(c0.ID, c1.ID); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("diff between checkpoints:\n got %+v, %v\nwant %+v", got, err, want)
+	}
+	res, err := l.mgr.Rollback("s", c0.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(res.ChangedPaths, []string{"base.txt", "new.txt"}) {
+		t.Errorf("rollback's changed paths: %v, want base.txt and new.txt", res.ChangedPaths)
+	}
+	if _, err := unix.Getxattr(filepath.Join(l.mnt, "base.txt"), "user.a", make([]byte, 8)); !errors.Is(err, unix.ENODATA) {
+		t.Errorf("base.txt's user.a after the rollback: %v, want ENODATA", err)
 	}
 }

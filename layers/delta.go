@@ -1,6 +1,9 @@
 package layers
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path"
@@ -17,6 +20,40 @@ type InodeState struct {
 	Attr
 	Target      string
 	Fingerprint string
+	// Xattrs names the extended attributes: "" for none, a digest of a
+	// set a layer records, or the base file's origin when the inode
+	// still has the base's (then they are not read: two such states are
+	// the same, one and a recorded set differ).
+	Xattrs string
+}
+
+// xattrsID is what InodeState.Xattrs says of record rec.
+func xattrsID(rec *Inode) string {
+	if !rec.XattrsSet {
+		if rec.HasOrigin {
+			return "base:" + rec.Origin
+		}
+		return ""
+	}
+	if len(rec.Xattrs) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(rec.Xattrs))
+	for k := range rec.Xattrs {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, k := range names {
+		v := rec.Xattrs[k]
+		var n [8]byte
+		binary.BigEndian.PutUint32(n[:4], uint32(len(k)))
+		binary.BigEndian.PutUint32(n[4:], uint32(len(v)))
+		h.Write(n[:])
+		h.Write([]byte(k))
+		h.Write(v)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // EntryChange is one directory entry that differs between two states; Old
@@ -212,13 +249,14 @@ func (s *Store) Compare(sandbox, from, to string, withPaths bool) (Changes, erro
 	return out, nil
 }
 
-// sameState compares what the state hash and diffs care about: type and
-// permission bits, size and content of files, symlink targets.
+// sameState compares what diffs care about: type and permission bits,
+// size and content of files, symlink targets, extended attributes (the
+// state hash leaves these out).
 func sameState(a, b *InodeState) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}
-	if a.Mode != b.Mode || a.Target != b.Target {
+	if a.Mode != b.Mode || a.Target != b.Target || a.Xattrs != b.Xattrs {
 		return false
 	}
 	if a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
@@ -334,7 +372,7 @@ func (v *View) inodeState(ino uint64) (*InodeState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &InodeState{Attr: st.attr(), Target: st.rec.Target, Fingerprint: fp}, nil
+	return &InodeState{Attr: st.attr(), Target: st.rec.Target, Fingerprint: fp, Xattrs: xattrsID(st.rec)}, nil
 }
 
 // childPath is the path of name in directory dir.

@@ -195,7 +195,7 @@ func (v *View) stateLocked(ino uint64, trustBase bool) (*InodeState, naming, err
 	if err != nil {
 		return nil, naming{}, err
 	}
-	return &InodeState{Attr: st.attr(), Target: st.rec.Target, Fingerprint: fp}, nm, nil
+	return &InodeState{Attr: st.attr(), Target: st.rec.Target, Fingerprint: fp, Xattrs: xattrsID(st.rec)}, nm, nil
 }
 
 // preStateLocked is the content state of a noted inode below the active
@@ -221,7 +221,7 @@ func (v *View) preStateLocked(p preInode) (*InodeState, error) {
 	if below.bknown && !st.bknown {
 		st.bsize, st.bmtime, st.bknown = below.bsize, below.bmtime, true
 	}
-	return &InodeState{Attr: below.attr(), Target: p.rec.Target, Fingerprint: fp}, nil
+	return &InodeState{Attr: below.attr(), Target: p.rec.Target, Fingerprint: fp, Xattrs: xattrsID(p.rec)}, nil
 }
 
 // activeDeltaLocked builds the delta of the active layer from the
