@@ -21,7 +21,7 @@ type generations struct {
 	mu   sync.Mutex
 	cur  uint64            // the newest generation handed out
 	all  uint64            // every file's floor: a rollback that could not tell what it touched
-	byNo map[uint64]uint64 // by inode number: the last rollback that touched it
+	byNo map[uint64]uint64 // by inode number: the last rollback that touched it, while the kernel holds it
 }
 
 // of is the generation of inode ino.
@@ -31,7 +31,9 @@ func (g *generations) of(ino uint64) uint64 {
 	return max(g.all, g.byNo[ino])
 }
 
-// touch moves inodes inos to a new generation.
+// touch moves inodes inos to a new generation. Only inodes the kernel
+// holds need it (Mount.repointed): a kernel inode with pages or mappings
+// was looked up, so go-fuse and the index have its node.
 func (g *generations) touch(inos []uint64) {
 	if len(inos) == 0 {
 		return
@@ -45,6 +47,16 @@ func (g *generations) touch(inos []uint64) {
 	for _, ino := range inos {
 		g.byNo[ino] = g.cur
 	}
+}
+
+// forget drops what is kept for inode ino, which the kernel holds no
+// inode of any more: a generation only has to tell apart the kernel
+// inodes of one file that exist at once, so the map stays as large as
+// what the kernel knows.
+func (g *generations) forget(ino uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.byNo, ino)
 }
 
 // touchAll moves every inode to a new generation.

@@ -85,6 +85,19 @@ func (x *inodeIndex) known(ino uint64) []*gofs.Inode {
 	return append([]*gofs.Inode(nil), x.m[ino]...)
 }
 
+// held returns those of inos the index has inodes of.
+func (x *inodeIndex) held(inos []uint64) []uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var out []uint64
+	for _, ino := range inos {
+		if len(x.m[ino]) > 0 {
+			out = append(out, ino)
+		}
+	}
+	return out
+}
+
 // mostPerNumber is the largest number of inodes indexed for one inode
 // number: more than one means go-fuse discarded some (for tests).
 func (x *inodeIndex) mostPerNumber() int {

@@ -124,3 +124,52 @@ func dropCaches(t *testing.T) {
 	t.Helper()
 	mustNil(t, "drop_caches", os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0o200))
 }
+
+// TestGenerationsFollowWhatTheKernelHolds: a rollback gives new
+// generations only to the files the kernel holds, and a file's entry goes
+// when the kernel forgets it, so what the mount keeps stays as large as
+// what the kernel knows, however many files rollbacks touch.
+func TestGenerationsFollowWhatTheKernelHolds(t *testing.T) {
+	sb := newSandbox(t, nil)
+	mgr := checkpoint.New(sb.store, touchedInval{sb.m})
+	cp, err := mgr.Create(sb.name, checkpoint.Options{})
+	mustNil(t, "checkpoint", err)
+	for i := 0; i < 50; i++ {
+		writeFile(t, sb.path(fmt.Sprintf("f%02d", i)), "written")
+	}
+	held, err := os.Open(sb.path("f00"))
+	mustNil(t, "open", err)
+	defer held.Close()
+	heldIno := fileIno(t, held)
+	// The kernel lets go of the other 49.
+	for i := 0; i < 100; i++ {
+		dropCaches(t)
+		sb.m.index.mu.Lock()
+		n := len(sb.m.index.m)
+		sb.m.index.mu.Unlock()
+		if n <= 2 { // f00 and, maybe, the root's entry
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err = mgr.Rollback(sb.name, cp.ID)
+	mustNil(t, "rollback", err)
+	sb.m.gens.mu.Lock()
+	kept, heldGen := len(sb.m.gens.byNo), sb.m.gens.byNo[heldIno]
+	sb.m.gens.mu.Unlock()
+	if kept != 1 || heldGen == 0 {
+		t.Fatalf("after a rollback of 50 files, one of them held: %d kept, the held one's generation %d; want 1 kept, above 0", kept, heldGen)
+	}
+	mustNil(t, "close", held.Close())
+	for i := 0; i < 100; i++ {
+		dropCaches(t)
+		sb.m.gens.mu.Lock()
+		kept = len(sb.m.gens.byNo)
+		sb.m.gens.mu.Unlock()
+		if kept == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%d generations kept after the kernel let go of every file", kept)
+}

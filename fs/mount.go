@@ -42,6 +42,16 @@ type Mount struct {
 	umasks      *umaskFS
 }
 
+// repointed moves the files a repoint touched, among those the kernel
+// holds, to a new generation (generation.go); t nil: every file.
+func (m *Mount) repointed(t *layers.Touched) {
+	if t == nil {
+		m.gens.touchAll()
+		return
+	}
+	m.gens.touch(m.index.held(t.Inodes))
+}
+
 // Timeouts of the kernel's caches. Only this process changes the tree, and
 // a repoint invalidates what the kernel holds, so they can be long. Missing
 // names are cached as long (negative.go), since the mount keeps the list a
@@ -63,13 +73,7 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 	}
 	m := &Mount{view: v, dir: dir, blksize: uint32(min(v.BlockSize(), 1<<20)), passthrough: !o.NoPassthrough && v.ReadOnly()}
 	m.root = &node{m: m}
-	v.OnRepoint(func(t *layers.Touched) {
-		if t == nil {
-			m.gens.touchAll()
-		} else {
-			m.gens.touch(t.Inodes)
-		}
-	})
+	v.OnRepoint(m.repointed)
 	mopts := []string{"default_permissions"}
 	if v.ReadOnly() {
 		mopts = append(mopts, "ro")

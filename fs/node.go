@@ -309,6 +309,7 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 // once the kernel holds no inode of its number (of any generation).
 func (n *node) OnForget() {
 	if !n.m.index.remove(n.ino(), &n.Inode) {
+		n.m.gens.forget(n.ino())
 		n.view().Forget(n.ino())
 	}
 }
