@@ -22,6 +22,7 @@ type generations struct {
 	cur  uint64            // the newest generation handed out
 	all  uint64            // every file's floor: a rollback that could not tell what it touched
 	byNo map[uint64]uint64 // by inode number: the last rollback that touched it, while the kernel holds it
+	gone []uint64          // of byNo, whose last kernel inode went since the last repoint
 }
 
 // of is the generation of inode ino.
@@ -49,14 +50,35 @@ func (g *generations) touch(inos []uint64) {
 	}
 }
 
-// forget drops what is kept for inode ino, which the kernel holds no
-// inode of any more: a generation only has to tell apart the kernel
-// inodes of one file that exist at once, so the map stays as large as
-// what the kernel knows.
+// forget notes that the kernel holds no inode of number ino any more. A
+// generation only has to tell apart the kernel inodes of one file that
+// exist at once, so the next repoint drops its entry if still none is
+// held (repoint): the map stays as large as what the kernel knows. Not
+// here: a lookup may have read the generation and not yet registered its
+// inode, and a generation that changed under it would make the inode
+// stale at birth, its open refused after the kernel's one retry. A
+// repoint may do that to a lookup racing with it, as to any open racing
+// with it.
 func (g *generations) forget(ino uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	delete(g.byNo, ino)
+	if _, ok := g.byNo[ino]; ok {
+		g.gone = append(g.gone, ino)
+	}
+}
+
+// repoint drops the entries of files the kernel let go of and no longer
+// holds (held false), then moves inos to a new generation.
+func (g *generations) repoint(held func(uint64) bool, inos []uint64) {
+	g.mu.Lock()
+	for _, ino := range g.gone {
+		if !held(ino) {
+			delete(g.byNo, ino)
+		}
+	}
+	g.gone = g.gone[:0]
+	g.mu.Unlock()
+	g.touch(inos)
 }
 
 // touchAll moves every inode to a new generation.
@@ -66,4 +88,5 @@ func (g *generations) touchAll() {
 	g.cur++
 	g.all = g.cur
 	clear(g.byNo) // all is above every entry
+	g.gone = g.gone[:0]
 }

@@ -85,6 +85,13 @@ func (x *inodeIndex) known(ino uint64) []*gofs.Inode {
 	return append([]*gofs.Inode(nil), x.m[ino]...)
 }
 
+// holds reports whether the index has inodes of number ino.
+func (x *inodeIndex) holds(ino uint64) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.m[ino]) > 0
+}
+
 // held returns those of inos the index has inodes of.
 func (x *inodeIndex) held(inos []uint64) []uint64 {
 	x.mu.Lock()

@@ -49,7 +49,7 @@ func (m *Mount) repointed(t *layers.Touched) {
 		m.gens.touchAll()
 		return
 	}
-	m.gens.touch(m.index.held(t.Inodes))
+	m.gens.repoint(m.index.holds, m.index.held(t.Inodes))
 }
 
 // Timeouts of the kernel's caches. Only this process changes the tree, and
