@@ -54,8 +54,29 @@ func TestOpenHandlesAcrossRollback(t *testing.T) {
 	if _, err := unix.CopyFileRange(int(f.Fd()), nil, int(other.Fd()), nil, 4, 0); !errors.Is(err, syscall.ESTALE) {
 		t.Errorf("copy_file_range from old handle: got %v, want ESTALE", err)
 	}
+	// Metadata changes through the old handle fail too: they would land
+	// on the checkpoint's file.
+	oldFd := int(f.Fd())
+	for name, err := range map[string]error{
+		"fchmod":       unix.Fchmod(oldFd, 0o600),
+		"fchown":       unix.Fchown(oldFd, 1, 1),
+		"futimens":     unix.UtimesNanoAt(oldFd, "", []unix.Timespec{{Sec: 1}, {Sec: 1}}, unix.AT_EMPTY_PATH),
+		"fsetxattr":    unix.Fsetxattr(oldFd, "user.x", []byte("1"), 0),
+		"fremovexattr": unix.Fremovexattr(oldFd, "user.x"),
+	} {
+		if !errors.Is(err, syscall.ESTALE) {
+			t.Errorf("%s on old handle: got %v, want ESTALE", name, err)
+		}
+	}
 	if got, _ := l.read("dir/a.txt"); got != "before" {
 		t.Errorf("new open: got %q, want %q", got, "before")
+	}
+	// By path the kernel finds the file's new inode.
+	if err := os.Chmod(filepath.Join(l.mnt, "dir/a.txt"), 0o640); err != nil {
+		t.Errorf("chmod by path after the rollback: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(l.mnt, "dir/a.txt")); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("mode after chmod by path: %v, %v", fi, err)
 	}
 	// The directory handle (as a working directory would) still resolves
 	// names, in the checkpoint's tree.
@@ -156,6 +177,71 @@ func TestSharedMappingAcrossRollback(t *testing.T) {
 			if got[i] != want[i] {
 				t.Fatalf("f after a remount differs at %d: %q, want %q (the old mapping's store reached it)", i, got[i:min(i+8, len(got))], want[i:i+8])
 			}
+		}
+	}
+}
+
+// TestDeadDirectoryComesBack: a directory removed (or replaced by a
+// rename) while a process holds it is dead in the kernel for as long as
+// it is held: it lists nothing and finds no name. A rollback that brings
+// it back must give the kernel a new inode for it, or the directory reads
+// as empty and refuses new entries until the holder lets go (found by an
+// agent workload test: a shell sitting in build/ while rm -rf build ran).
+func TestDeadDirectoryComesBack(t *testing.T) {
+	l := newLive(t, func(base string) {
+		os.MkdirAll(filepath.Join(base, "fromBase"), 0o755)
+		os.WriteFile(filepath.Join(base, "fromBase/f"), []byte("base"), 0o644)
+	})
+	l.write("d/file", "data")
+	l.write("d/sub/deep", "deep")
+	if err := os.Mkdir(filepath.Join(l.mnt, "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := l.mgr.Create("s", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holders []*os.File
+	defer func() {
+		for _, f := range holders {
+			f.Close()
+		}
+	}()
+	for _, dir := range []string{"d", "d/sub", "fromBase", "empty"} {
+		f, err := os.Open(filepath.Join(l.mnt, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		holders = append(holders, f)
+	}
+	for _, dir := range []string{"d", "fromBase"} {
+		if err := os.RemoveAll(filepath.Join(l.mnt, dir)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "empty" is replaced by another directory.
+	if err := os.Mkdir(filepath.Join(l.mnt, "other"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// (os.Rename refuses to replace a directory; rename(2) does it.)
+	if err := syscall.Rename(filepath.Join(l.mnt, "other"), filepath.Join(l.mnt, "empty")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.mgr.Rollback("s", cp.ID); err != nil {
+		t.Fatal(err)
+	}
+	for rel, want := range map[string]string{"d/file": "data", "d/sub/deep": "deep", "fromBase/f": "base"} {
+		if got, ok := l.read(rel); got != want {
+			t.Errorf("%s after the rollback: %q (found %v), want %q", rel, got, ok, want)
+		}
+	}
+	for _, dir := range []string{"d", "d/sub", "fromBase", "empty"} {
+		ents, err := os.ReadDir(filepath.Join(l.mnt, dir))
+		if err != nil || (dir == "d" && len(ents) != 2) {
+			t.Errorf("listing %s after the rollback: %d entries, %v", dir, len(ents), err)
+		}
+		if err := os.WriteFile(filepath.Join(l.mnt, dir, "new"), []byte("x"), 0o644); err != nil {
+			t.Errorf("creating a file in %s after the rollback: %v", dir, err)
 		}
 	}
 }

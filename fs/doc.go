@@ -61,7 +61,10 @@
 // stores reaches the checkpoint's file, and reads of old handles find no
 // page a new open brought in. New opens see the checkpoint; one that
 // comes through a dentry the kernel kept is answered ESTALE, and the
-// kernel looks the path up again and opens the new inode. A process whose working directory is inside the
+// kernel looks the path up again and opens the new inode; metadata changes
+// there are answered so too. A directory removed while held is dead in the
+// kernel, and one a rollback brings back gets a new inode as well. A
+// process whose working directory is inside the
 // sandbox keeps it: the directory keeps its inode number, and paths resolve
 // in the checkpoint's tree (or fail with ENOENT where it has no such name).
 package fs

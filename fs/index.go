@@ -2,6 +2,7 @@ package fs
 
 import (
 	"sync"
+	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 )
@@ -92,14 +93,17 @@ func (x *inodeIndex) holds(ino uint64) bool {
 	return len(x.m[ino]) > 0
 }
 
-// held returns those of inos the index has inodes of.
-func (x *inodeIndex) held(inos []uint64) []uint64 {
+// heldFiles returns those of inos the index has regular files' inodes of.
+func (x *inodeIndex) heldFiles(inos []uint64) []uint64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var out []uint64
 	for _, ino := range inos {
-		if len(x.m[ino]) > 0 {
-			out = append(out, ino)
+		for _, in := range x.m[ino] {
+			if in.StableAttr().Mode == syscall.S_IFREG {
+				out = append(out, ino)
+				break
+			}
 		}
 	}
 	return out

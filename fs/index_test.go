@@ -156,7 +156,7 @@ func TestGenerationsFollowWhatTheKernelHolds(t *testing.T) {
 	_, err = mgr.Rollback(sb.name, cp.ID)
 	mustNil(t, "rollback", err)
 	sb.m.gens.mu.Lock()
-	kept, heldGen := len(sb.m.gens.byNo), sb.m.gens.byNo[heldIno]
+	kept, heldGen := len(sb.m.gens.files), sb.m.gens.files[heldIno]
 	sb.m.gens.mu.Unlock()
 	if kept != 1 || heldGen == 0 {
 		t.Fatalf("after a rollback of 50 files, one of them held: %d kept, the held one's generation %d; want 1 kept, above 0", kept, heldGen)
@@ -173,7 +173,7 @@ func TestGenerationsFollowWhatTheKernelHolds(t *testing.T) {
 	_, err = mgr.Rollback(sb.name, cp.ID)
 	mustNil(t, "rollback", err)
 	sb.m.gens.mu.Lock()
-	kept = len(sb.m.gens.byNo)
+	kept = len(sb.m.gens.files)
 	sb.m.gens.mu.Unlock()
 	if kept != 0 {
 		t.Fatalf("%d generations kept after the kernel let go of every file and a repoint", kept)

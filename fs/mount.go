@@ -42,14 +42,16 @@ type Mount struct {
 	umasks      *umaskFS
 }
 
-// repointed moves the files a repoint touched, among those the kernel
-// holds, to a new generation (generation.go); t nil: every file.
+// repointed moves the regular files a repoint touched, among those the
+// kernel holds, to a new generation (generation.go); t nil: every file.
+// Directories keep their inodes, so a working directory stays where it
+// is, unless one died (Mount.buried).
 func (m *Mount) repointed(t *layers.Touched) {
 	if t == nil {
 		m.gens.touchAll()
 		return
 	}
-	m.gens.repoint(m.index.holds, m.index.held(t.Inodes))
+	m.gens.repoint(m.index.holds, m.index.heldFiles(t.Inodes))
 }
 
 // Timeouts of the kernel's caches. Only this process changes the tree, and

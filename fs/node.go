@@ -53,11 +53,15 @@ var (
 func (n *node) ino() uint64 { return n.StableAttr().Ino }
 
 // stableAttr is the go-fuse identity of inode number ino of type mode:
-// for a regular file, its current generation (generation.go).
+// for a regular file or a directory, its current generation
+// (generation.go).
 func (m *Mount) stableAttr(ino uint64, mode uint32) gofs.StableAttr {
 	id := gofs.StableAttr{Mode: mode & syscall.S_IFMT, Ino: ino}
-	if id.Mode == syscall.S_IFREG {
-		id.Gen = m.gens.of(ino)
+	switch id.Mode {
+	case syscall.S_IFREG:
+		id.Gen = m.gens.file(ino)
+	case syscall.S_IFDIR:
+		id.Gen = m.gens.dir(ino)
 	}
 	return id
 }
@@ -67,7 +71,7 @@ func (m *Mount) stableAttr(ino uint64, mode uint32) gofs.StableAttr {
 // held from before.
 func (n *node) stale() bool {
 	id := n.StableAttr()
-	return id.Mode == syscall.S_IFREG && id.Gen != n.m.gens.of(id.Ino)
+	return id.Mode == syscall.S_IFREG && id.Gen != n.m.gens.file(id.Ino)
 }
 
 func (n *node) view() *layers.View { return n.m.view }
@@ -188,6 +192,12 @@ func (n *node) Statx(ctx context.Context, fh gofs.FileHandle, flags, mask uint32
 
 // Setattr changes mode, owner, size or times.
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if n.stale() {
+		// Only handles and dentries from before a rollback reach a stale
+		// inode: fchmod, fchown and futimens of an old handle fail as
+		// its I/O does; a path is looked up again by the kernel.
+		return syscall.ESTALE
+	}
 	if h, ok := fh.(*handle); ok {
 		if errno := h.check(); errno != 0 {
 			return errno
@@ -345,7 +355,24 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 // Rmdir removes an empty directory.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return toErrno(n.view().Rmdir(n.ino(), name))
+	dead := n.GetChild(name)
+	if err := n.view().Rmdir(n.ino(), name); err != nil {
+		return toErrno(err)
+	}
+	n.m.buried(dead)
+	return 0
+}
+
+// buried notes that the kernel made directory inode in (if not nil) dead:
+// a directory removed, or replaced by a rename, is marked dead in the
+// kernel (S_DEAD) for as long as anything holds it, and a dead directory
+// lists nothing and finds no name. A rollback can bring the directory back
+// under the same number, and the lookup must then give the kernel a new
+// inode: the directory moves to a new generation (generation.go).
+func (m *Mount) buried(in *gofs.Inode) {
+	if in != nil && in.StableAttr().Mode == syscall.S_IFDIR {
+		m.gens.bury(in.StableAttr().Ino)
+	}
 }
 
 // Rename moves a name, directories included, wherever they come from.
@@ -364,9 +391,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		return syscall.EINVAL
 	}
 	to := newParent.EmbeddedInode().StableAttr().Ino
+	var replaced *gofs.Inode
+	if lf&layers.RenameExchange == 0 {
+		replaced = newParent.EmbeddedInode().GetChild(newName)
+	}
 	if err := n.view().RenameWhiteoutAs(n.ino(), name, to, newName, lf, n.caller(ctx)); err != nil {
 		return toErrno(err)
 	}
+	n.m.buried(replaced)
 	if lf&layers.RenameWhiteout != 0 {
 		// The old name names the whiteout now, not nothing.
 		n.m.negs.forget(n.ino(), name)
@@ -401,6 +433,9 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 
 // Setxattr sets an extended attribute.
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if n.stale() {
+		return syscall.ESTALE // as Setattr
+	}
 	if data == nil {
 		data = []byte{}
 	}
@@ -413,6 +448,9 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 
 // Removexattr removes an extended attribute.
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if n.stale() {
+		return syscall.ESTALE // as Setattr
+	}
 	return toErrno(n.view().SetXattr(n.ino(), attr, nil, 0))
 }
 
