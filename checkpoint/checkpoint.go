@@ -25,7 +25,26 @@ var (
 	ErrAmbiguous = errors.New("ambiguous id")
 	// ErrOtherSandbox: the checkpoint belongs to another sandbox.
 	ErrOtherSandbox = errors.New("checkpoint belongs to another sandbox")
+	// ErrBaseChanged: the checkpoint or archive was recorded before a plan
+	// apply wrote onto its sandbox's base, so the base content it lay over
+	// is gone: it can be rolled back to, restored, compared, forked,
+	// exported and verified no more.
+	ErrBaseChanged = errors.New("the base changed since (plan apply)")
 )
+
+// sameBase fails with ErrBaseChanged when what, a state of sandbox
+// recorded at created, predates the last apply onto the sandbox's base.
+func (m *Manager) sameBase(what, sandbox string, created time.Time) error {
+	info, err := m.store.Sandbox(sandbox)
+	if err != nil {
+		return err
+	}
+	if !info.BaseChanged.IsZero() && created.Before(info.BaseChanged) {
+		return fmt.Errorf("%s was recorded before a plan apply wrote onto %s at %s: %w",
+			what, info.Base, info.BaseChanged.Local().Format("2006-01-02 15:04:05"), ErrBaseChanged)
+	}
+	return nil
+}
 
 // Checkpoint is a named, frozen state of a sandbox.
 type Checkpoint struct {

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -246,5 +247,75 @@ func TestDiffXattrChanges(t *testing.T) {
 	}
 	if _, err := unix.Getxattr(filepath.Join(l.mnt, "base.txt"), "user.a", make([]byte, 8)); !errors.Is(err, unix.ENODATA) {
 		t.Errorf("base.txt's user.a after the rollback: %v, want ENODATA", err)
+	}
+}
+
+// TestStatesBeforeABaseChange: once something wrote onto the base (a plan
+// apply notes it), the checkpoints and archives recorded before are
+// refused with ErrBaseChanged by every operation that would show them over
+// the changed base, and verify reports them stale; ResetTx starts the
+// sandbox over on its base, archiving its layers, and what comes after
+// works as usual.
+func TestStatesBeforeABaseChange(t *testing.T) {
+	l := newLive(t, func(base string) {
+		os.WriteFile(filepath.Join(base, "a.txt"), []byte("base"), 0o644)
+	})
+	l.write("a.txt", "one")
+	c1, err := l.mgr.Create("s", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.write("a.txt", "two")
+	c2, err := l.mgr.Create("s", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := l.mgr.Rollback("s", c1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The base changes, as an apply would write it.
+	if err := os.WriteFile(filepath.Join(l.base, "a.txt"), []byte("applied"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = l.store.Update(func(tx *layers.Txn) error { return tx.NoteBaseChanged(l.base+"/", time.Now()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"rollback", func() error { _, err := l.mgr.Rollback("s", c1.ID); return err }},
+		{"diff from", func() error { _, err := l.mgr.DiffCheckpoints(c1.ID, ""); return err }},
+		{"diff to", func() error { _, err := l.mgr.DiffCheckpoints(c1.ID, c2.ID); return err }},
+		{"fork", func() error { _, err := l.mgr.Fork("f", c2.ID); return err }},
+		{"restore", func() error { _, err := l.mgr.Restore(rb.Archive); return err }},
+		{"export", func() error { _, err := l.mgr.Export(rb.Archive, filepath.Join(t.TempDir(), "x")); return err }},
+	} {
+		if err := tc.fn(); !errors.Is(err, ErrBaseChanged) {
+			t.Errorf("%s: got %v, want ErrBaseChanged", tc.name, err)
+		}
+	}
+	if vr, err := l.mgr.Verify(c2.ID); err != nil || vr.OK || !vr.BaseChanged {
+		t.Errorf("verify: %+v, %v; want stale", vr, err)
+	}
+	res, err := l.mgr.ResetTx("s", nil)
+	if err != nil || res.Archive == "" {
+		t.Fatalf("reset: %+v, %v", res, err)
+	}
+	if got, _ := l.read("a.txt"); got != "applied" {
+		t.Errorf("a.txt after the reset: %q, want the base's", got)
+	}
+	c3, err := l.mgr.Create("s", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.write("a.txt", "three")
+	if _, err := l.mgr.Rollback("s", c3.ID); err != nil {
+		t.Errorf("rollback to a checkpoint made after the change: %v", err)
+	}
+	if vr, err := l.mgr.Verify(c3.ID); err != nil || !vr.OK {
+		t.Errorf("verify of a checkpoint made after the change: %+v, %v", vr, err)
 	}
 }

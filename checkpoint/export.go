@@ -31,6 +31,9 @@ func (m *Manager) Export(ref, dir string) (int, error) {
 	if ar.Top == "" {
 		return 0, fmt.Errorf("export %s: archive holds no layers: %w", ar.ID, layers.ErrInvalid)
 	}
+	if err := m.sameBase("archive "+ar.ID, ar.Sandbox, ar.Created); err != nil {
+		return 0, fmt.Errorf("export: %w", err)
+	}
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
 		return 0, fmt.Errorf("export %s: %s is not empty: %w", ar.ID, dir, layers.ErrExists)
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -118,6 +118,9 @@ func (m *Manager) Prune(sandbox string, p Policy) (PruneResult, error) {
 // Fork creates sandbox name from checkpoint ref, sharing its layers.
 func (m *Manager) Fork(name, ref string) (layers.SandboxInfo, error) {
 	cp, err := m.Resolve(ref)
+	if err == nil {
+		err = m.sameBase("checkpoint "+cp.ID, cp.Sandbox, cp.Created)
+	}
 	if err != nil {
 		return layers.SandboxInfo{}, fmt.Errorf("fork %s: %w", name, err)
 	}

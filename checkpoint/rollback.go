@@ -42,11 +42,7 @@ type RollbackResult struct {
 // only the last), archiving the layers above it. A mounted sandbox switches
 // at once; the kernel's caches are dropped before Rollback returns.
 func (m *Manager) Rollback(sandbox, ref string) (RollbackResult, error) {
-	cp, err := m.ResolveIn(sandbox, ref)
-	if err != nil {
-		return RollbackResult{}, fmt.Errorf("rollback %s: %w", sandbox, err)
-	}
-	return m.repoint(sandbox, cp.Layer, cp.ID, "")
+	return m.RollbackTx(sandbox, ref, nil)
 }
 
 // RollbackTx is Rollback that also runs extra, when not nil, in the
@@ -55,10 +51,22 @@ func (m *Manager) Rollback(sandbox, ref string) (RollbackResult, error) {
 // error from extra aborts the rollback.
 func (m *Manager) RollbackTx(sandbox, ref string, extra func(tx *layers.Txn, archive string) error) (RollbackResult, error) {
 	cp, err := m.ResolveIn(sandbox, ref)
+	if err == nil {
+		err = m.sameBase("checkpoint "+cp.ID, sandbox, cp.Created)
+	}
 	if err != nil {
 		return RollbackResult{}, fmt.Errorf("rollback %s: %w", sandbox, err)
 	}
 	return m.repointTx(sandbox, cp.Layer, cp.ID, "", extra)
+}
+
+// ResetTx moves the sandbox onto its base alone: every layer goes to an
+// archive, as in a rollback, and the sandbox shows its base directory as
+// it is now. extra runs as in RollbackTx. A plan apply does it once it
+// wrote the sandbox's changes onto the base: the layers' base files may
+// have moved, and their content is the base's now.
+func (m *Manager) ResetTx(sandbox string, extra func(tx *layers.Txn, archive string) error) (RollbackResult, error) {
+	return m.repointTx(sandbox, "", "", "", extra)
 }
 
 // repoint moves sandbox onto parent and records the archive; restoring
@@ -261,6 +269,9 @@ func (m *Manager) Restore(ref string) (RollbackResult, error) {
 	if ar.Top == "" {
 		return RollbackResult{}, fmt.Errorf("restore %s: archive holds no layers: %w", ar.ID, layers.ErrInvalid)
 	}
+	if err := m.sameBase("archive "+ar.ID, ar.Sandbox, ar.Created); err != nil {
+		return RollbackResult{}, fmt.Errorf("restore: %w", err)
+	}
 	return m.repoint(ar.Sandbox, ar.Top, ar.FromCheckpoint, ar.ID)
 }
 
@@ -268,12 +279,18 @@ func (m *Manager) Restore(ref string) (RollbackResult, error) {
 // sandbox's live state when to is "".
 func (m *Manager) DiffCheckpoints(from, to string) (Diff, error) {
 	a, err := m.Resolve(from)
+	if err == nil {
+		err = m.sameBase("checkpoint "+a.ID, a.Sandbox, a.Created)
+	}
 	if err != nil {
 		return Diff{}, fmt.Errorf("diff: %w", err)
 	}
 	top := ""
 	if to != "" {
 		b, err := m.ResolveIn(a.Sandbox, to)
+		if err == nil {
+			err = m.sameBase("checkpoint "+b.ID, b.Sandbox, b.Created)
+		}
 		if err != nil {
 			return Diff{}, fmt.Errorf("diff: %w", err)
 		}

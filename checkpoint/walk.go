@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"errors"
 	"fmt"
 	"path"
 
@@ -61,6 +62,10 @@ type VerifyResult struct {
 	Recorded   string `json:"recorded"`
 	Computed   string `json:"computed"`
 	OK         bool   `json:"ok"`
+	// BaseChanged: the checkpoint predates a plan apply onto the base
+	// (ErrBaseChanged), so there is nothing to recompute: not OK, but
+	// not damage either.
+	BaseChanged bool `json:"base_changed,omitempty"`
 }
 
 // Verify recomputes a checkpoint's state hash from the store, reading every
@@ -69,6 +74,9 @@ func (m *Manager) Verify(ref string) (VerifyResult, error) {
 	cp, err := m.Resolve(ref)
 	if err != nil {
 		return VerifyResult{}, err
+	}
+	if err := m.sameBase("checkpoint "+cp.ID, cp.Sandbox, cp.Created); errors.Is(err, ErrBaseChanged) {
+		return VerifyResult{Checkpoint: cp.ID, Sandbox: cp.Sandbox, Recorded: cp.StateHash, BaseChanged: true}, nil
 	}
 	v, err := m.store.OpenSnapshot(cp.Sandbox, cp.Layer)
 	if err != nil {

@@ -664,9 +664,11 @@ func (h *host) move(steps []moveStep) (int, error) {
 // directory and the journal are kept, the plan stays "applying", changes
 // to it are refused with the reason, and the next command tries again.
 //
-// After Apply the sandbox keeps its layers; its renamed base files may no
-// longer read (their origin is gone): discard the sandbox or start a new
-// one over the base.
+// After Apply the sandbox starts over on its base, which holds what it
+// showed: its layers go to an archive. Every checkpoint and archive of the
+// sandboxes over that base from before the apply is stale: rolling back to
+// it, restoring, comparing, forking and exporting it fail with
+// checkpoint.ErrBaseChanged, and verify reports it so.
 func (m *Manager) Apply(ref string) (ApplyResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -712,7 +714,13 @@ func (m *Manager) Apply(ref string) (ApplyResult, error) {
 		return ApplyResult{}, fmt.Errorf("apply %s: %w", p.Name, err)
 	}
 	defer h.close()
-	if cf := append(append(broken1, broken2...), h.conflicts(cs, origins, info.Created)...); len(cf) > 0 {
+	// A base file newer than the sandbox, or than the last apply onto
+	// the base (which wrote it), changed under the sandbox.
+	since := info.Created
+	if info.BaseChanged.After(since) {
+		since = info.BaseChanged
+	}
+	if cf := append(append(broken1, broken2...), h.conflicts(cs, origins, since)...); len(cf) > 0 {
 		sort.SliceStable(cf, func(i, j int) bool { return cf[i].Path < cf[j].Path })
 		return ApplyResult{}, &ConflictError{Plan: p.Name, Conflicts: cf}
 	}
@@ -768,6 +776,15 @@ func (m *Manager) Apply(ref string) (ApplyResult, error) {
 	}
 	res := cs.res
 	res.Plan, res.Sandbox, res.Base = p.ID, p.Sandbox, info.Base
+	// The sandbox starts over on the base it was applied to, which holds
+	// its content now: its layers name base files the apply may have
+	// moved. They go to an archive, stale like every state from before
+	// (marked again, so the archive's time is covered).
+	if _, err := m.cp.ResetTx(p.Sandbox, func(tx *layers.Txn, _ string) error {
+		return tx.NoteBaseChanged(info.Base, time.Now())
+	}); err != nil {
+		return res, fmt.Errorf("apply %s: applied onto %s, but the sandbox could not start over on it (roll it back to any checkpoint made from now on): %w", p.Name, info.Base, err)
+	}
 	res.Millis = float64(time.Since(start).Microseconds()) / 1000
 	return res, nil
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/strata-sandbox/strata/checkpoint"
 )
 
 // An attribute the base's file system refuses (a value too large for
@@ -66,4 +68,74 @@ func TestApplyXattrTargetVanishes(t *testing.T) {
 		t.Errorf("base after the failed apply:\n%s", d)
 	}
 	e.noStage()
+}
+
+// TestApplyRetiresEarlierStates: after an apply wrote onto the base, the
+// states recorded before it (checkpoints and archives of every sandbox
+// over that base) lay over base content that is gone. Rolling back to
+// them, restoring, comparing, forking and exporting them is refused with
+// ErrBaseChanged instead of showing the applied base under old layers,
+// and verify reports them as stale, not as damaged. A checkpoint made
+// after the apply works, and a second plan applies without its own base
+// writes counting as conflicts.
+func TestApplyRetiresEarlierStates(t *testing.T) {
+	e := newEnv(t, applyBase)
+	if _, err := e.store.CreateSandbox("other", e.base, 0); err != nil {
+		t.Fatal(err)
+	}
+	otherCp := must[checkpoint.Checkpoint](t)(e.cps.Create("other", checkpoint.Options{}))
+	must[Plan](t)(e.plans.Create("p", CreateOptions{Sandbox: "s"}))
+	before := must[checkpoint.Checkpoint](t)(e.cps.Create("s", checkpoint.Options{Label: "before"}))
+	e.write("edit.txt", "rolled back")
+	rb := must[checkpoint.RollbackResult](t)(e.cps.Rollback("s", before.ID)) // an archive from before the apply
+	if err := os.Rename(filepath.Join(e.mnt, "ren.txt"), filepath.Join(e.mnt, "renamed.txt")); err != nil {
+		t.Fatal(err)
+	}
+	e.write("edit.txt", "applied")
+	must[ApplyResult](t)(e.plans.Apply("p"))
+	// The sandbox shows the base it was applied to, renamed file included
+	// (its layers named the base file the apply moved).
+	for rel, want := range map[string]string{"renamed.txt": "moved", "edit.txt": "applied", "keep.txt": "keep"} {
+		if b, err := os.ReadFile(filepath.Join(e.mnt, rel)); string(b) != want {
+			t.Errorf("%s in the mount after the apply: %q, %v; want %q", rel, b, err, want)
+		}
+	}
+
+	refused := []struct {
+		name string
+		fn   func() error
+	}{
+		{"rollback", func() error { _, err := e.cps.Rollback("s", before.ID); return err }},
+		{"diff from", func() error { _, err := e.cps.DiffCheckpoints(before.ID, ""); return err }},
+		{"fork", func() error { _, err := e.cps.Fork("f", before.ID); return err }},
+		{"restore", func() error { _, err := e.cps.Restore(rb.Archive); return err }},
+		{"export", func() error { _, err := e.cps.Export(rb.Archive, filepath.Join(e.dir, "export")); return err }},
+		{"another sandbox over the base", func() error { _, err := e.cps.Rollback("other", otherCp.ID); return err }},
+	}
+	for _, tc := range refused {
+		if err := tc.fn(); !errors.Is(err, checkpoint.ErrBaseChanged) || !strings.Contains(err.Error(), "recorded before a plan apply") {
+			t.Errorf("%s of a state from before the apply: got %v, want ErrBaseChanged", tc.name, err)
+		}
+	}
+	if vr := must[checkpoint.VerifyResult](t)(e.cps.Verify(before.ID)); vr.OK || !vr.BaseChanged {
+		t.Errorf("verify of a checkpoint from before the apply: %+v, want it stale", vr)
+	}
+	// After the apply all is as usual.
+	after := must[checkpoint.Checkpoint](t)(e.cps.Create("s", checkpoint.Options{Label: "after"}))
+	if vr := must[checkpoint.VerifyResult](t)(e.cps.Verify(after.ID)); !vr.OK {
+		t.Errorf("verify of a checkpoint from after the apply: %+v", vr)
+	}
+	e.write("keep.txt", "second plan")
+	if d := must[checkpoint.Diff](t)(e.cps.DiffCheckpoints(after.ID, "")); strings.Join(d.Modified, " ") != "keep.txt" {
+		t.Errorf("diff from the checkpoint after the apply: %+v", d)
+	}
+	must[checkpoint.RollbackResult](t)(e.cps.Rollback("s", after.ID))
+	e.write("keep.txt", "second plan")
+	must[Plan](t)(e.plans.Create("p2", CreateOptions{Sandbox: "s"}))
+	if _, err := e.plans.Apply("p2"); err != nil {
+		t.Fatalf("a second plan after an apply: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.base, "keep.txt")); string(b) != "second plan" {
+		t.Errorf("keep.txt in the base after the second apply: %q", b)
+	}
 }

@@ -248,6 +248,11 @@ func (m *Manager) commitApply(j *applyJournal, phase string) error {
 			j.Status, p.Status = p.Status, StatusApplying
 		case phaseDone:
 			p.Applied, p.Status, p.AppliedAt = true, StatusApplied, time.Now().UTC()
+			// What the sandboxes over this base recorded before lies
+			// over content the apply replaced.
+			if err := tx.NoteBaseChanged(j.Base, p.AppliedAt); err != nil {
+				return err
+			}
 		case "":
 			if j.Phase != phaseDone {
 				p.Status = j.Status

@@ -82,7 +82,11 @@ Feature: Plans, decisions and corrections
     When I try to revert "p" to the last clean checkpoint because "too late"
     Then the command fails with exit code 1
     And the error says "plan already applied"
+    When I try to roll "work" back to the checkpoint "p/1/before-step"
+    Then the command fails with exit code 1
+    And the error says "recorded before a plan apply"
     And "a.txt" in the base contains "two"
+    And "a.txt" in the mount contains "two"
 
   Scenario: Apply carries extended attributes and ACLs
     When I run setfacl -m u:65534:r on "a.txt" in the mount

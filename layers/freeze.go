@@ -271,7 +271,8 @@ func (v *View) holdFreedLocked() func(ok bool) {
 type RepointFunc func(tx *Txn, left, joined []string, next string) error
 
 // Repoint moves a sandbox's head to a new empty active layer over parent, a
-// frozen or archived layer, in one transaction that also runs fn. The old
+// frozen or archived layer or "" for the base alone, in one transaction
+// that also runs fn. The old
 // active layer is sealed and archived with the other layers that leave the
 // stack, so nothing is lost and the move can be undone. A live view in this
 // process switches to the new stack before Repoint returns; the caller then
@@ -365,7 +366,8 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 				return err
 			}
 		}
-		if newInfos[0].State == StateActive {
+		// parent "" is the base alone (no layer).
+		if len(newInfos) > 0 && newInfos[0].State == StateActive {
 			return fmt.Errorf("layer %s is the active layer: %w", parent, ErrInvalid)
 		}
 		newChain := layerIDs(newInfos)

@@ -50,6 +50,9 @@ type SandboxInfo struct {
 	BlockSize int       `json:"block_size"`
 	Head      string    `json:"head"`
 	Created   time.Time `json:"created"`
+	// BaseChanged is when a plan apply last wrote onto Base (NoteBaseChanged):
+	// a state recorded before it lies over base content that is gone.
+	BaseChanged time.Time `json:"base_changed,omitzero"`
 }
 
 // LayerInfo describes one layer: the sandbox that created it, the layer
@@ -377,19 +380,27 @@ func (s *Store) Sandboxes() ([]SandboxInfo, error) {
 	}
 	var out []SandboxInfo
 	err := s.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			var info SandboxInfo
-			if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, &info) }); err != nil {
-				return fmt.Errorf("%s: %v: %w", it.Item().Key(), err, ErrCorrupt)
-			}
-			out = append(out, info)
-		}
-		return nil
+		var err error
+		out, err = sandboxesIn(txn)
+		return err
 	})
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, err
+}
+
+// sandboxesIn lists every sandbox txn sees, sorted by name.
+func sandboxesIn(txn *badger.Txn) ([]SandboxInfo, error) {
+	var out []SandboxInfo
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		var info SandboxInfo
+		if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, &info) }); err != nil {
+			return out, fmt.Errorf("%s: %v: %w", it.Item().Key(), err, ErrCorrupt)
+		}
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
 }
 
 // Layer returns the layer with the given id.

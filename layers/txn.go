@@ -3,7 +3,9 @@ package layers
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -85,6 +87,26 @@ func (t *Txn) Scan(prefix string, fn func(key string, val []byte) error) error {
 			return err
 		}
 		if err := fn(string(it.Item().Key()), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NoteBaseChanged records, on every sandbox over host directory base, that
+// something wrote onto it at time at (a plan apply): the states those
+// sandboxes recorded before lie over base content that is gone.
+func (t *Txn) NoteBaseChanged(base string, at time.Time) error {
+	all, err := sandboxesIn(t.txn)
+	if err != nil {
+		return err
+	}
+	for _, info := range all {
+		if filepath.Clean(info.Base) != filepath.Clean(base) {
+			continue
+		}
+		info.BaseChanged = at.UTC()
+		if err := putJSON(t.txn, keySandbox(info.Name), info); err != nil {
 			return err
 		}
 	}

@@ -14,7 +14,8 @@ func newVerifyCommand(g *globals) *cobra.Command {
 		Long: `Recompute the state hash of a checkpoint — or of every checkpoint of a
 sandbox, when NAME names one — reading every block and checking its
 checksums, and compare it with the hash recorded at checkpoint time.
-Exits 1 if any checkpoint fails.`,
+Exits 1 if any checkpoint fails. A checkpoint recorded before a plan apply
+wrote onto the base is listed as stale: the base it lay over is gone.`,
 		Args: exactArgs("NAME|CHECKPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error { return runVerify(g, args[0]) },
 	}
@@ -27,7 +28,7 @@ func runVerify(g *globals, ref string) error {
 	}
 	failed := 0
 	for _, r := range rs {
-		if !r.OK {
+		if !r.OK && !r.BaseChanged {
 			failed++
 		}
 	}
@@ -43,6 +44,8 @@ func runVerify(g *globals, ref string) error {
 			switch {
 			case r.Error != "":
 				fmt.Fprintf(g.stdout, "FAIL  %s%s: %s\n", r.Checkpoint, labelSuffix(r.Label), r.Error)
+			case r.BaseChanged:
+				fmt.Fprintf(g.stdout, "stale %s%s: recorded before a plan apply changed the base\n", r.Checkpoint, labelSuffix(r.Label))
 			case !r.OK:
 				fmt.Fprintf(g.stdout, "FAIL  %s%s: state hash %.12s, recorded %.12s\n", r.Checkpoint, labelSuffix(r.Label), r.Computed, r.Recorded)
 			default:

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/strata-sandbox/strata/checkpoint"
 	"github.com/strata-sandbox/strata/cmd/internal/control"
 	"github.com/strata-sandbox/strata/layers"
 )
@@ -50,6 +51,8 @@ func hintFor(err error, arg string) string {
 		return fmt.Sprintf("run `strata unmount %s` first", arg)
 	case errors.Is(err, layers.ErrLocked):
 		return "another strata process has the store open; retry when it is done"
+	case errors.Is(err, checkpoint.ErrBaseChanged):
+		return "states recorded before the apply cannot come back; checkpoint the sandbox now, or start a new sandbox over the base"
 	case errors.Is(err, control.ErrNoFuse):
 		return "install fuse3 or load the kernel module (modprobe fuse)"
 	case errors.Is(err, control.ErrFuseDenied) && strings.Contains(err.Error(), "user_allow_other"):

@@ -38,6 +38,7 @@ var codes = []struct {
 }{
 	{"ambiguous", checkpoint.ErrAmbiguous},
 	{"other_sandbox", checkpoint.ErrOtherSandbox},
+	{"base_changed", checkpoint.ErrBaseChanged},
 	{"sandbox_gone", correction.ErrSandboxGone}, // wraps layers.ErrNotFound
 	{"plan_applied", correction.ErrPlanApplied},
 	{"plan_applying", correction.ErrApplying},
