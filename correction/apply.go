@@ -580,6 +580,9 @@ func (h *host) stageOne(v *layers.View, c change, buf []byte) error {
 	return err
 }
 
+// stageChunk is the granularity at which staged files keep holes.
+const stageChunk = 64 << 10
+
 // stageFile copies the content of the view's regular file a into staged
 // file name.
 func (h *host) stageFile(v *layers.View, name string, a layers.Attr, buf []byte) error {
@@ -591,12 +594,18 @@ func (h *host) stageFile(v *layers.View, name string, a layers.Attr, buf []byte)
 	defer f.Close()
 	for off := int64(0); off < a.Size; {
 		n, err := v.ReadAt(a.Ino, buf, off)
-		if n > 0 {
-			if _, werr := f.WriteAt(buf[:n], off); werr != nil {
+		// Runs of zeros stay holes (the truncate below gives the size),
+		// so a sparse file stays sparse in the base.
+		for o := 0; o < n; o += stageChunk {
+			c := buf[o:min(o+stageChunk, n)]
+			if !slices.ContainsFunc(c, func(b byte) bool { return b != 0 }) {
+				continue // zeros only
+			}
+			if _, werr := f.WriteAt(c, off+int64(o)); werr != nil {
 				return werr
 			}
-			off += int64(n)
 		}
+		off += int64(n)
 		if n == 0 || (err != nil && !errors.Is(err, io.EOF)) {
 			if err == nil || errors.Is(err, io.EOF) {
 				err = fmt.Errorf("%d of %d bytes: %w", off, a.Size, io.ErrUnexpectedEOF)

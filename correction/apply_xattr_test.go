@@ -139,3 +139,32 @@ func TestApplyRetiresEarlierStates(t *testing.T) {
 		t.Errorf("keep.txt in the base after the second apply: %q", b)
 	}
 }
+
+// A sparse file the sandbox wrote stays sparse in the base: apply stages
+// runs of zeros as holes.
+func TestApplyKeepsHoles(t *testing.T) {
+	e := newEnv(t, nil)
+	must[Plan](t)(e.plans.Create("p", CreateOptions{Sandbox: "s"}))
+	f, err := os.Create(filepath.Join(e.mnt, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{0, 20 << 20} {
+		if _, err := f.WriteAt([]byte("data"), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	must[ApplyResult](t)(e.plans.Apply("p"))
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(e.base, "sparse"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Size != 20<<20+4 || st.Blocks*512 > 1<<20 {
+		t.Errorf("sparse in the base: size %d, %d bytes allocated; want %d and far less than that", st.Size, st.Blocks*512, 20<<20+4)
+	}
+	b, _ := os.ReadFile(filepath.Join(e.base, "sparse"))
+	if string(b[:4]) != "data" || string(b[20<<20:]) != "data" || strings.Count(string(b), "\x00") != len(b)-8 {
+		t.Errorf("sparse in the base holds other bytes than the sandbox wrote")
+	}
+}
