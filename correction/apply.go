@@ -527,11 +527,23 @@ func (h *host) conflicts(cs changeSet, origins []string, since time.Time) []Conf
 // into the staging directory, and makes it durable.
 func (h *host) stageAll(v *layers.View, cs changeSet) error {
 	buf := make([]byte, 1<<20)
+	// Names of one file in the sandbox (hard links) are staged as links
+	// of one staged file, so they stay one file in the base.
+	staged := map[uint64]string{}
 	for _, c := range cs.changes {
 		if c.op == opChmod || c.op == opXattr || c.live.typ() == syscall.S_IFDIR {
 			continue
 		}
-		if err := h.stageOne(v, c, buf); err != nil {
+		var err error
+		if first, ok := staged[c.live.attr.Ino]; ok {
+			err = unix.Linkat(h.stage, first, h.stage, stagedName(c.n), 0)
+		} else {
+			err = h.stageOne(v, c, buf)
+			if c.live.typ() == syscall.S_IFREG && c.live.attr.Nlink > 1 {
+				staged[c.live.attr.Ino] = stagedName(c.n)
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("stage %s: %w", c.path, err)
 		}
 	}

@@ -168,3 +168,35 @@ func TestApplyKeepsHoles(t *testing.T) {
 		t.Errorf("sparse in the base holds other bytes than the sandbox wrote")
 	}
 }
+
+// Hard links stay hard links: names of one file in the sandbox are
+// staged as links of one file, whether the base had them or the sandbox
+// made them.
+func TestApplyKeepsHardLinks(t *testing.T) {
+	e := newEnv(t, func(base string) {
+		os.WriteFile(filepath.Join(base, "hl1"), []byte("old"), 0o644)
+		os.Link(filepath.Join(base, "hl1"), filepath.Join(base, "hl2"))
+	})
+	must[Plan](t)(e.plans.Create("p", CreateOptions{Sandbox: "s"}))
+	e.write("hl1", "new")
+	e.write("made/a", "made")
+	if err := os.Link(filepath.Join(e.mnt, "made/a"), filepath.Join(e.mnt, "made/b")); err != nil {
+		t.Fatal(err)
+	}
+	must[ApplyResult](t)(e.plans.Apply("p"))
+	for _, pair := range [][2]string{{"hl1", "hl2"}, {"made/a", "made/b"}} {
+		var a, b unix.Stat_t
+		if err := unix.Stat(filepath.Join(e.base, pair[0]), &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Stat(filepath.Join(e.base, pair[1]), &b); err != nil {
+			t.Fatal(err)
+		}
+		if a.Ino != b.Ino || a.Nlink != 2 {
+			t.Errorf("%s and %s in the base: inodes %d and %d, %d links; want one inode with 2", pair[0], pair[1], a.Ino, b.Ino, a.Nlink)
+		}
+	}
+	if got, _ := os.ReadFile(filepath.Join(e.base, "hl2")); string(got) != "new" {
+		t.Errorf("hl2 in the base: %q, want %q", got, "new")
+	}
+}
