@@ -336,3 +336,52 @@ func TestCreateWithoutParentHashOrBase(t *testing.T) {
 		t.Fatalf("checkpoints after the failure: %v %v", ids(cps), err)
 	}
 }
+
+// TestLiveDiffReadsAgain: a diff with the live state of a mount that is
+// being written can read a file as having no name (renamed, then removed,
+// between two reads); it reads again, a bounded number of times.
+func TestLiveDiffReadsAgain(t *testing.T) {
+	l := newLive(t, nil)
+	c0, err := l.mgr.Create("s", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.write("f", "new")
+	tries := 0
+	failFirst := func(n int) layers.FaultFunc {
+		return func(op, key string) error {
+			if op != "compare" {
+				return nil
+			}
+			if tries++; tries <= n {
+				return fmt.Errorf("path of inode 7: %w", layers.ErrNotFound)
+			}
+			return nil
+		}
+	}
+	restore := l.store.InjectFault(failFirst(2))
+	d, err := l.mgr.DiffCheckpoints(c0.ID, "")
+	restore()
+	if err != nil || strings.Join(d.Added, " ") != "f" || tries != 3 {
+		t.Fatalf("diff read twice as a file with no name: %+v, %v after %d reads; want f added after 3", d, err, tries)
+	}
+	tries = 0
+	restore = l.store.InjectFault(failFirst(100))
+	_, err = l.mgr.DiffCheckpoints(c0.ID, "")
+	restore()
+	if !errors.Is(err, layers.ErrNotFound) || tries != liveDiffTries {
+		t.Fatalf("diff that always reads a file with no name: %v after %d reads; want not found after %d", err, tries, liveDiffTries)
+	}
+	// Between checkpoints nothing moves: no second read.
+	c1, err := l.mgr.Create("s", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tries = 0
+	restore = l.store.InjectFault(failFirst(1))
+	_, err = l.mgr.DiffCheckpoints(c0.ID, c1.ID)
+	restore()
+	if !errors.Is(err, layers.ErrNotFound) || tries != 1 {
+		t.Fatalf("diff between checkpoints failing once: %v after %d reads; want not found after 1", err, tries)
+	}
+}

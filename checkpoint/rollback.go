@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -285,7 +286,6 @@ func (m *Manager) DiffCheckpoints(from, to string) (Diff, error) {
 	if err != nil {
 		return Diff{}, fmt.Errorf("diff: %w", err)
 	}
-	top := ""
 	if to != "" {
 		b, err := m.ResolveIn(a.Sandbox, to)
 		if err == nil {
@@ -294,9 +294,18 @@ func (m *Manager) DiffCheckpoints(from, to string) (Diff, error) {
 		if err != nil {
 			return Diff{}, fmt.Errorf("diff: %w", err)
 		}
-		top = b.Layer
-	} else {
-		// The live state: what a mount wrote is committed first.
+		d, err := m.compare(a.Sandbox, a.Layer, b.Layer)
+		if err != nil {
+			return Diff{}, fmt.Errorf("diff %s: %w", a.ID, err)
+		}
+		return d, nil
+	}
+	// The live state: what a mount wrote is committed first. The
+	// comparison reads the active layer piece by piece while the mount
+	// may go on writing, so a file renamed and then removed meanwhile can
+	// show as a file with no name; such a read is tried again.
+	var d Diff
+	for try := 1; ; try++ {
 		if live := m.store.LiveView(a.Sandbox); live != nil {
 			if err := live.Sync(); err != nil {
 				return Diff{}, fmt.Errorf("diff: %w", err)
@@ -306,11 +315,15 @@ func (m *Manager) DiffCheckpoints(from, to string) (Diff, error) {
 		if err != nil {
 			return Diff{}, err
 		}
-		top = info.Head
+		d, err = m.compare(a.Sandbox, a.Layer, info.Head)
+		if err == nil {
+			return d, nil
+		}
+		if try == liveDiffTries || m.store.LiveView(a.Sandbox) == nil || !(errors.Is(err, layers.ErrNotFound) || errors.Is(err, layers.ErrNotDir)) {
+			return Diff{}, fmt.Errorf("diff %s: %w", a.ID, err)
+		}
 	}
-	d, err := m.compare(a.Sandbox, a.Layer, top)
-	if err != nil {
-		return Diff{}, fmt.Errorf("diff %s: %w", a.ID, err)
-	}
-	return d, nil
 }
+
+// liveDiffTries bounds the reads of a live state that is being written.
+const liveDiffTries = 5

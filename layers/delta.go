@@ -112,6 +112,9 @@ type Touched struct {
 // the two stacks do not share are read, so the cost follows what changed,
 // not the size of the tree. from may be "" for the base alone.
 func (s *Store) Compare(sandbox, from, to string, withPaths bool) (Changes, error) {
+	if err := s.fault("compare", sandbox); err != nil {
+		return Changes{}, err
+	}
 	var chA, chB []string
 	err := s.view(func(txn *badger.Txn) error {
 		var err error

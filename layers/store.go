@@ -73,7 +73,7 @@ type Store struct {
 	dir   string
 	db    *badger.DB
 	lockf *os.File
-	seq   *badger.Sequence
+	seq   *inoSeq
 
 	mu     sync.Mutex // protects views and closed
 	views  map[string]*View
@@ -140,7 +140,7 @@ func Open(dir string) (*Store, error) {
 		lockf.Close()
 		return nil, fmt.Errorf("store %s: open metadata: %w", abs, mapOSErr(err))
 	}
-	seq, err := db.GetSequence([]byte("q/ino"), 1024)
+	seq, err := openInoSeq(db)
 	if err != nil {
 		db.Close()
 		lockf.Close()
@@ -515,9 +515,7 @@ func (s *Store) dropLayerData(id string) error {
 	s.deltas.forget(id)
 	s.keySets.forget(id)
 	for _, t := range []byte{tInode, tEntry, tBlock} {
-		err := s.db.DropPrefix(prefixLayerTable(t, id))
-		s.commits.Add(1)
-		if err != nil {
+		if err := s.deletePrefix(prefixLayerTable(t, id)); err != nil {
 			return err
 		}
 	}
@@ -525,6 +523,43 @@ func (s *Store) dropLayerData(id string) error {
 		return err
 	}
 	return nil
+}
+
+// deleteBatch is how many keys deletePrefix deletes in one batch.
+var deleteBatch = 10000
+
+// deletePrefix deletes every key under prefix, in batches of ordinary
+// writes. Not with badger's DropPrefix: that blocks every write to the
+// store while it runs, and the journals of the other sandboxes' mounts,
+// their new inodes and their fsyncs failed meanwhile ("Writes are
+// blocked"), which applications saw as EIO.
+func (s *Store) deletePrefix(prefix []byte) error {
+	batch := deleteBatch
+	for {
+		var keys [][]byte
+		err := s.db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+			defer it.Close()
+			for it.Rewind(); it.Valid() && len(keys) < batch; it.Next() {
+				keys = append(keys, it.Item().KeyCopy(nil))
+			}
+			return nil
+		})
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		wb := s.db.NewWriteBatch()
+		for _, k := range keys {
+			if err := wb.Delete(k); err != nil {
+				wb.Cancel()
+				return err
+			}
+		}
+		if err := wb.Flush(); err != nil {
+			return err
+		}
+		s.commits.Add(1)
+	}
 }
 
 func (s *Store) dataPath(layer string) string { return filepath.Join(s.dir, "data", layer) }

@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"sort"
@@ -54,15 +55,50 @@ func TestCheckSpaceWithoutFileSystem(t *testing.T) {
 	ok(t, "check closed store", e.store.checkSpace())
 }
 
-// TestCloseWithLostInodeSequence: Close reports that it could not record
-// how far the inode sequence went when its record is gone.
-func TestCloseWithLostInodeSequence(t *testing.T) {
+// TestInodeSequence: inode numbers are never handed out twice, in one
+// process or across restarts, when writing a lease fails (badger's own
+// Sequence handed a range out twice then), and Close reports a lease it
+// could not give back.
+func TestInodeSequence(t *testing.T) {
 	e := newEnv(t, MinBlockSize, nil)
-	v := e.view()
-	mkfile(t, v, RootIno, "f", "")
-	ok(t, "close view", v.Close())
-	ok(t, "drop the sequence", e.store.update(func(txn *badger.Txn) error { return txn.Delete([]byte("q/ino")) }))
-	wantErr(t, "close", e.store.Close(), badger.ErrKeyNotFound)
+	t.Cleanup(func() { inoSeqHook = nil })
+	seen := map[uint64]bool{}
+	take := func(n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			ino, err := e.store.nextIno()
+			ok(t, "next inode", err)
+			if seen[ino] {
+				t.Fatalf("inode number %d handed out twice", ino)
+			}
+			seen[ino] = true
+		}
+	}
+	take(inoLease + 10)
+	failed := errors.New("writes are blocked")
+	inoSeqHook = func(uint64) error { return failed }
+	take(inoLease - 10) // the rest of the lease needs no write
+	if _, err := e.store.nextIno(); !errors.Is(err, failed) {
+		t.Fatalf("next inode with the lease unwritable: %v, want the write's error", err)
+	}
+	if _, err := e.store.nextIno(); !errors.Is(err, failed) {
+		t.Fatalf("next inode again with the lease unwritable: %v, want the write's error", err)
+	}
+	inoSeqHook = nil
+	take(2*inoLease + 5)
+	// Across a restart, numbers go on from what was handed out.
+	ok(t, "close", e.store.Close())
+	s, err := Open(filepath.Join(e.dir, "store"))
+	ok(t, "reopen", err)
+	e.store = s
+	take(inoLease / 2) // half the lease is left to give back
+	inoSeqHook = func(uint64) error { return failed }
+	wantErr(t, "close with the lease unwritable", e.store.Close(), failed)
+	inoSeqHook = nil
+	s, err = Open(filepath.Join(e.dir, "store"))
+	ok(t, "reopen", err)
+	e.store = s
+	take(10)
 }
 
 // TestTxnAfterItsTransaction: a Txn kept past the function it was given to
@@ -109,5 +145,47 @@ func TestNewIDOrdered(t *testing.T) {
 		if ids[i] == ids[i-1] {
 			t.Fatalf("id %d repeats %s", i, ids[i])
 		}
+	}
+}
+
+// TestGCDeletesInBatches: a dropped layer's keys go in batches of
+// ordinary writes, however many there are; the store stays consistent.
+func TestGCDeletesInBatches(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	t.Cleanup(func() { deleteBatch = 10000 })
+	deleteBatch = 3
+	v := e.view()
+	for i := 0; i < 10; i++ {
+		mkfile(t, v, RootIno, "f"+string(rune('a'+i)), "x")
+	}
+	ok(t, "close view", v.Close())
+	ok(t, "remove sandbox", e.store.RemoveSandbox(e.name))
+	n := 0
+	ok(t, "count", e.store.View(func(tx *Txn) error {
+		it := tx.txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tInode, '/'}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	}))
+	if n != 0 {
+		t.Fatalf("%d inode keys left after the sandbox went", n)
+	}
+}
+
+// TestCorruptInodeLease: a lease record of the wrong size fails the open.
+func TestCorruptInodeLease(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	ok(t, "break", e.store.update(func(txn *badger.Txn) error { return txn.Set(inoSeqKey, []byte{1, 2, 3}) }))
+	ok(t, "close", e.store.Close())
+	s, err := Open(filepath.Join(e.dir, "store"))
+	if err == nil {
+		s.Close()
+	}
+	wantErr(t, "open", err, ErrCorrupt)
+	s, err = Open(filepath.Join(e.dir, "store")) // for the cleanup's Close
+	if err == nil {
+		e.store = s
 	}
 }
