@@ -37,7 +37,7 @@ type Mount struct {
 	passthrough bool
 	index       inodeIndex  // the inodes the kernel may hold, by number
 	negs        negatives   // the missing names the kernel may hold
-	gens        generations // of regular files' kernel inodes
+	gens        generations // of the kernel inodes of files and directories
 	raw         *killprivFS
 	umasks      *umaskFS
 }
