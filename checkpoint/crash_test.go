@@ -54,6 +54,10 @@ func crashChild(storeDir, mnt string, seed int64) {
 }
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv("STRATA_MAPPER_FILE"); path != "" {
+		mapperChild(path)
+		return
+	}
 	if dir := os.Getenv("STRATA_CRASH_CHILD"); dir != "" {
 		seed, _ := strconv.ParseInt(os.Getenv("STRATA_CRASH_SEED"), 10, 64)
 		crashChild(dir, os.Getenv("STRATA_CRASH_MNT"), seed)

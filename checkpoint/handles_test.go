@@ -1,10 +1,16 @@
 package checkpoint
 
 import (
+	"bufio"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,6 +105,11 @@ func TestOpenHandlesAcrossRollback(t *testing.T) {
 // handle's msync reported the old handle's ESTALE. Now a rolled-back file
 // gets a new kernel inode: the old mapping faults (SIGBUS, the page-in
 // fails with ESTALE), or at least changes nothing the new one sees.
+//
+// The mappings live in child processes (mapperChild): a process that
+// faults on a mapping of a FUSE file it serves itself can deadlock, the
+// fault waiting for the server and the server for the fault, when the Go
+// runtime stops the world meanwhile (it did under -race).
 func TestSharedMappingAcrossRollback(t *testing.T) {
 	l := newLive(t, nil)
 	l.write("f", strings.Repeat("\x00", 8192))
@@ -107,65 +118,26 @@ func TestSharedMappingAcrossRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(l.mnt, "f")
-	// Mappings and files are let go before the mount goes (newLive's
-	// cleanup, or the remount below), each once.
-	var undo []func()
-	release := func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-		undo = nil
-	}
-	t.Cleanup(release)
-	mapRW := func() ([]byte, *os.File) {
-		t.Helper()
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		undo = append(undo, func() { f.Close() })
-		m, err := unix.Mmap(int(f.Fd()), 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-		if err != nil {
-			t.Fatal(err)
-		}
-		undo = append(undo, func() { unix.Munmap(m) })
-		return m, f
-	}
-	old, _ := mapRW()
-	copy(old, "PRE!")
-	if err := unix.Msync(old, unix.MS_SYNC); err != nil {
-		t.Fatal(err)
-	}
+	old := startMapper(t, path)
+	old.do("map", "ok")
+	old.do("write 0 PRE!", "ok")
+	old.do("sync", "ok")
 	if _, err := l.mgr.Rollback("s", cp.ID); err != nil {
 		t.Fatal(err)
 	}
-	cur, curf := mapRW()
-	if got := string(cur[:4]); got != "\x00\x00\x00\x00" {
-		t.Fatalf("new mapping after the rollback: %q, want zeros", got)
-	}
+	cur := startMapper(t, path)
+	cur.do("map", "ok")
+	cur.do("read 0 4", "00000000")
 	// The old mapping's store: a fault is the expected outcome.
-	faulted := func() (f bool) {
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer func() { f = recover() != nil }()
-		copy(old[100:], "EVIL")
-		return false
-	}()
-	t.Logf("store through the old mapping faulted: %v", faulted)
-	if got := string(cur[100:104]); got != "\x00\x00\x00\x00" {
-		t.Errorf("new mapping after a store through the old one: %q, want zeros", got)
-	}
-	copy(cur[4000:], "NEW!")
-	if err := unix.Msync(cur, unix.MS_SYNC); err != nil {
-		t.Errorf("msync of the new mapping: %v", err)
-	}
-	if _, err := curf.WriteAt([]byte("pw"), 6000); err != nil {
-		t.Errorf("pwrite on the new handle: %v", err)
-	}
-	if err := curf.Sync(); err != nil {
-		t.Errorf("fsync of the new handle: %v", err)
-	}
+	t.Logf("store through the old mapping: %s", old.ask("write 100 EVIL"))
+	cur.do("read 100 4", "00000000")
+	cur.do("write 4000 NEW!", "ok")
+	cur.do("sync", "ok")
+	cur.do("pwrite 6000 pw", "ok")
+	cur.do("fsync", "ok")
 	// Whatever the old mapping holds goes nowhere, even once it is gone.
-	release()
+	old.close()
+	cur.close()
 	l.unmount()
 	l.mount()
 	got, _ := l.read("f")
@@ -178,6 +150,109 @@ func TestSharedMappingAcrossRollback(t *testing.T) {
 				t.Fatalf("f after a remount differs at %d: %q, want %q (the old mapping's store reached it)", i, got[i:min(i+8, len(got))], want[i:i+8])
 			}
 		}
+	}
+}
+
+// mapper drives a child process that maps a file (mapperChild).
+type mapper struct {
+	t   *testing.T
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+// startMapper starts a mapper child for path; it ends with the test.
+func startMapper(t *testing.T, path string) *mapper {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "STRATA_MAPPER_FILE="+path)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	m := &mapper{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	t.Cleanup(m.close)
+	return m
+}
+
+// ask sends one command and returns the child's answer.
+func (m *mapper) ask(line string) string {
+	m.t.Helper()
+	if _, err := fmt.Fprintln(m.in, line); err != nil {
+		m.t.Fatalf("mapper %q: %v", line, err)
+	}
+	if !m.out.Scan() {
+		m.t.Fatalf("mapper %q: no answer (%v)", line, m.out.Err())
+	}
+	return m.out.Text()
+}
+
+// do sends one command and fails unless the answer is want.
+func (m *mapper) do(line, want string) {
+	m.t.Helper()
+	if got := m.ask(line); got != want {
+		m.t.Fatalf("mapper %q: got %q, want %q", line, got, want)
+	}
+}
+
+// close ends the child, letting go of its mapping and file.
+func (m *mapper) close() {
+	if m.cmd.Process == nil || m.cmd.ProcessState != nil {
+		return
+	}
+	m.in.Close()
+	m.cmd.Wait()
+}
+
+// mapperChild maps path shared and runs the commands it reads, one per
+// line, answering each on a line: map; write OFF TEXT; read OFF N (hex);
+// sync (msync); pwrite OFF TEXT; fsync. A fault on the mapping answers
+// "fault", a failed call "err: ...".
+func mapperChild(path string) {
+	debug.SetPanicOnFault(true)
+	var f *os.File
+	var mem []byte
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		w := strings.Fields(in.Text())
+		ans := func() (ans string) {
+			defer func() {
+				if recover() != nil {
+					ans = "fault"
+				}
+			}()
+			var err error
+			arg := func(i int) int { n, _ := strconv.Atoi(w[i]); return n }
+			switch w[0] {
+			case "map":
+				if f, err = os.OpenFile(path, os.O_RDWR, 0); err == nil {
+					mem, err = unix.Mmap(int(f.Fd()), 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+				}
+			case "write":
+				copy(mem[arg(1):], w[2])
+			case "read":
+				return hex.EncodeToString(mem[arg(1) : arg(1)+arg(2)])
+			case "sync":
+				err = unix.Msync(mem, unix.MS_SYNC)
+			case "pwrite":
+				_, err = f.WriteAt([]byte(w[2]), int64(arg(1)))
+			case "fsync":
+				err = f.Sync()
+			}
+			if err != nil {
+				return "err: " + err.Error()
+			}
+			return "ok"
+		}()
+		fmt.Println(ans)
 	}
 }
 
