@@ -164,8 +164,19 @@ type mapper struct {
 // startMapper starts a mapper child for path; it ends with the test.
 func startMapper(t *testing.T, path string) *mapper {
 	t.Helper()
+	cmd, in, out := startChild(t, "STRATA_MAPPER_FILE="+path)
+	m := &mapper{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	t.Cleanup(m.close)
+	return m
+}
+
+// startChild starts this test binary again, running no test, with env
+// added (TestMain picks the child's part by it), its stdin and stdout
+// piped.
+func startChild(t *testing.T, env ...string) (*exec.Cmd, io.WriteCloser, io.ReadCloser) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "STRATA_MAPPER_FILE="+path)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -178,9 +189,7 @@ func startMapper(t *testing.T, path string) *mapper {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	m := &mapper{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out)}
-	t.Cleanup(m.close)
-	return m
+	return cmd, in, out
 }
 
 // ask sends one command and returns the child's answer.

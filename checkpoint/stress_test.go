@@ -509,23 +509,10 @@ type stressWorkerProc struct {
 
 func startStressWorker(t *testing.T, i int, mnt, ref string, seed int64) *stressWorkerProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(),
+	cmd, in, out := startChild(t,
 		fmt.Sprintf("%s=%d", stressWorkerEnv, i),
 		stressMntEnv+"="+mnt, stressRefEnv+"="+ref,
 		fmt.Sprintf("%s=%d", stressSeedEnv, seed))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	w := &stressWorkerProc{cmd: cmd, in: in, replies: make(chan workerReply, 1)}
 	go func() {
 		dec := json.NewDecoder(out)
