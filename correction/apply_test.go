@@ -280,6 +280,24 @@ func TestApplyConflicts(t *testing.T) {
 
 // noStage fails the test when the base holds a staging directory or the
 // store an apply journal.
+// nothingApplied checks a failed apply: err is (or wraps) is, when is is
+// not nil, and says "nothing applied" and each of mentions; the base is
+// as orig described it; no staging directory or journal is left.
+func (e *env) nothingApplied(err, is error, orig map[string]string, mentions ...string) {
+	e.t.Helper()
+	ok := err != nil && (is == nil || errors.Is(err, is)) && strings.Contains(err.Error(), "nothing applied")
+	for _, m := range mentions {
+		ok = ok && strings.Contains(err.Error(), m)
+	}
+	if !ok {
+		e.t.Fatalf("got %v, want %v naming %q, nothing applied", err, is, mentions)
+	}
+	if d := diffTree(tree(e.t, e.base), orig); d != "" {
+		e.t.Errorf("base after the failed apply:\n%s", d)
+	}
+	e.noStage()
+}
+
 func (e *env) noStage() {
 	e.t.Helper()
 	ents, _ := os.ReadDir(e.base)
