@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/cucumber/godog"
 )
@@ -26,6 +30,10 @@ func initMountSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^the sandbox "([^"]*)" is still mounted$`, stillMounted)
 	sc.Step(`^the second mountpoint is not a mount point$`, secondNotMounted)
 	sc.Step(`^the base is unchanged$`, baseUnchanged)
+	sc.Step(`^I unmount the mountpoint with umount$`, umountMountpoint)
+	sc.Step(`^the sandbox "([^"]*)" is not mounted$`, notMounted)
+	sc.Step(`^I mount "([^"]*)" with mount\.fuse3 and options "([^"]*)"$`, mountFuse3)
+	sc.Step(`^the mountpoint shows type "([^"]*)", source "([^"]*)" and options "([^"]*)"$`, mountShows)
 }
 
 func aBaseWith(ctx context.Context, files *godog.Table) error {
@@ -157,4 +165,84 @@ func baseUnchanged(ctx context.Context) error {
 		return fmt.Errorf("base changed:\ngot\n%s\nwant\n%s", d, w.baseDigest)
 	}
 	return nil
+}
+
+// umountMountpoint unmounts as umount(8) does for root: umount(2), behind
+// strata's back.
+func umountMountpoint(ctx context.Context) error {
+	return syscall.Unmount(getWorld(ctx).mnt, 0)
+}
+
+// notMounted waits for the server to notice an unmount it did not do.
+func notMounted(ctx context.Context, name string) error {
+	w := getWorld(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := w.status(name)
+		if err != nil {
+			return err
+		}
+		ok, err := isMountpoint(w.mnt)
+		if err != nil {
+			return err
+		}
+		if st.Sandbox != nil && !st.Sandbox.Mounted && !ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("status %s: got %+v (mount point: %v), want it unmounted", name, st.Sandbox, ok)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// mountFuse3 mounts as mount(8) does for type fuse.strata: mount.fuse3
+// runs "strata SOURCE MOUNTPOINT -o OPTIONS" from the PATH.
+func mountFuse3(ctx context.Context, source, opts string) error {
+	w := getWorld(ctx)
+	helper := ""
+	for _, p := range []string{"/sbin/mount.fuse3", "/usr/sbin/mount.fuse3"} {
+		if _, err := os.Stat(p); err == nil {
+			helper = p
+		}
+	}
+	if helper == "" {
+		return godog.ErrSkip
+	}
+	cmd := exec.Command(helper, source, w.mnt, "-t", "fuse.strata", "-o", "store="+w.store+","+opts)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(strataBin)+":"+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("mount.fuse3 %s: %v: %s", source, err, out)
+	}
+	return nil
+}
+
+// mountShows checks the mount's line in /proc/self/mountinfo.
+func mountShows(ctx context.Context, fstype, source, opts string) error {
+	w := getWorld(ctx)
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 || f[4] != w.mnt {
+			continue
+		}
+		sep := slices.Index(f, "-")
+		if sep < 0 || sep+2 >= len(f) {
+			return fmt.Errorf("mountinfo line %q: no type and source", line)
+		}
+		if f[sep+1] != fstype || f[sep+2] != source {
+			return fmt.Errorf("mount %s: type %s source %s, want %s %s", w.mnt, f[sep+1], f[sep+2], fstype, source)
+		}
+		have := strings.Split(f[5], ",")
+		for _, o := range strings.Split(opts, ",") {
+			if !slices.Contains(have, o) {
+				return fmt.Errorf("mount %s: options %s lack %s", w.mnt, f[5], o)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("%s is not in /proc/self/mountinfo", w.mnt)
 }

@@ -93,3 +93,13 @@ Feature: Sandboxes mounted through FUSE
     And the hint says "strata unmount work"
     And the sandbox "work" is still mounted
     And the second mountpoint is not a mount point
+
+  Scenario: mount(8) and umount(8) mount a sandbox as fuse.strata
+    When I write "kept" to "notes.txt" in the mount
+    And I unmount the mountpoint with umount
+    Then the sandbox "work" is not mounted
+    When I mount "strata:work" with mount.fuse3 and options "ro,noexec"
+    Then the mountpoint shows type "fuse.strata", source "strata:work" and options "ro,nosuid,nodev,noexec,noatime"
+    And "notes.txt" in the mount contains "kept"
+    And the sandbox "work" is still mounted
+    And the base is unchanged

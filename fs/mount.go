@@ -25,6 +25,10 @@ type Options struct {
 	// write must not reach the base file, so a reader would lock writers
 	// out of the file.
 	NoPassthrough bool
+	// NoExec refuses to execute programs from the sandbox (mount's
+	// noexec), for platforms that let an agent write files but run only
+	// what they installed.
+	NoExec bool
 }
 
 // Mount is a live FUSE mount of one sandbox's view.
@@ -85,6 +89,18 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 		// mount flags as options (DirectMountFlags serve direct mounts
 		// only, and a direct mount refuses "noatime" among its options).
 		mopts = append(mopts, "noatime")
+		if o.NoExec {
+			mopts = append(mopts, "noexec")
+		}
+	}
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOATIME)
+	if o.NoExec {
+		flags |= unix.MS_NOEXEC
+	}
+	if v.ReadOnly() {
+		// The mount too, not only the superblock: findmnt and mount(8)
+		// show a read-only sandbox as ro.
+		flags |= unix.MS_RDONLY
 	}
 	opts := &gofs.Options{
 		MountOptions: fuse.MountOptions{
@@ -96,7 +112,7 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 			// noatime says what the mount does: reads never change a
 			// file's atime, which would make every file read a change of
 			// the layer.
-			DirectMountFlags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOATIME,
+			DirectMountFlags: flags,
 			AllowOther:       o.AllowOther,
 			Options:          mopts,
 			MaxWrite:         1 << 20,

@@ -21,25 +21,30 @@ type mountOptions struct {
 	foreground bool
 	readOnly   bool
 	allowOther bool
+	noExec     bool
 }
 
 func (o *mountOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&o.foreground, "foreground", false, "serve the mount in this process until SIGINT/SIGTERM or unmount")
 	cmd.Flags().BoolVar(&o.readOnly, "read-only", false, "mount read-only")
 	cmd.Flags().BoolVar(&o.allowOther, "allow-other", false, "let other users in (the kernel still checks permissions)")
+	cmd.Flags().BoolVar(&o.noExec, "no-exec", false, "refuse to execute programs from the sandbox (noexec)")
 }
 
 func newMountCommand(g *globals) *cobra.Command {
 	o := &mountOptions{}
 	cmd := &cobra.Command{
-		Use:   "mount NAME MOUNTPOINT [--foreground] [--read-only] [--allow-other]",
+		Use:   "mount NAME MOUNTPOINT [--foreground] [--read-only] [--allow-other] [--no-exec]",
 		Short: "Mount a sandbox; returns once the mount is live",
 		Long: `Mount a sandbox at MOUNTPOINT.
 
 Without --foreground the mount is served by the store's background server
 (started if none runs) and the command returns once the mount is live; the
 server exits when its last mount goes away. With --foreground this process
-serves the mount until SIGINT, SIGTERM or ` + "`strata unmount`" + `.`,
+serves the mount until SIGINT, SIGTERM or ` + "`strata unmount`" + `.
+
+mount(8) and /etc/fstab mount sandboxes too, as file system type
+fuse.strata (see ` + "`strata help mount-helper`" + `).`,
 		Args: exactArgs("NAME", "MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.name, o.mountpoint = args[0], args[1]
@@ -58,7 +63,7 @@ func (o *mountOptions) args() (control.MountArgs, error) {
 	if err != nil {
 		return control.MountArgs{}, err
 	}
-	return control.MountArgs{Name: o.name, Mountpoint: mp, ReadOnly: o.readOnly, AllowOther: o.allowOther}, nil
+	return control.MountArgs{Name: o.name, Mountpoint: mp, ReadOnly: o.readOnly, AllowOther: o.allowOther, NoExec: o.noExec}, nil
 }
 
 // runMount has the store's server mount the sandbox, starting a server
@@ -133,6 +138,9 @@ func printMounted(g *globals, info control.MountInfo) error {
 	mode := ""
 	if info.ReadOnly {
 		mode = " read-only"
+	}
+	if info.NoExec {
+		mode += " noexec"
 	}
 	_, err := fmt.Fprintf(g.stdout, "mounted %s at %s%s (served by pid %d)\n", info.Sandbox, info.Mountpoint, mode, info.PID)
 	return err

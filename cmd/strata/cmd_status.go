@@ -63,6 +63,9 @@ func runStatus(g *globals, name string) error {
 		if m.ReadOnly {
 			mode = "ro"
 		}
+		if m.NoExec {
+			mode += ",noexec"
+		}
 		rows = append(rows, []string{m.Sandbox, m.Mountpoint, mode, formatTime(m.Since)})
 	}
 	return table(g.stdout, []string{"SANDBOX", "MOUNTPOINT", "MODE", "SINCE"}, rows)

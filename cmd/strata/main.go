@@ -11,7 +11,28 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runAs(os.Args[0], os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// runAs is run, or the mount helper when mount(8) is the caller
+// (mounthelper.go).
+func runAs(argv0 string, args []string, stdout, stderr io.Writer) int {
+	if helperInvocation(argv0, args, commandNames()) {
+		return runHelper(args, stdout, stderr)
+	}
+	return run(args, stdout, stderr)
+}
+
+// commandNames are the names strata's commands answer to, help included.
+func commandNames() map[string]bool {
+	names := map[string]bool{"help": true}
+	for _, c := range newRootCommand(&globals{}).Commands() {
+		names[c.Name()] = true
+		for _, a := range c.Aliases {
+			names[a] = true
+		}
+	}
+	return names
 }
 
 // run executes one command line and returns the process's exit code: 0 on

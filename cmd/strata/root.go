@@ -77,6 +77,7 @@ func newRootCommand(g *globals) *cobra.Command {
 		newGCCommand(g),
 		newFsckCommand(g),
 		newPlanCommand(g),
+		newMountHelperTopic(),
 	)
 	return root
 }

@@ -191,13 +191,14 @@ func (s *Server) mountLocked(a MountArgs) (MountInfo, error) {
 	}
 	o := s.opts.FS
 	o.AllowOther = a.AllowOther
+	o.NoExec = a.NoExec
 	m, err := fs.New(mp, v, o)
 	if err != nil {
 		v.Close()
 		return MountInfo{}, err
 	}
 	lm = &liveMount{m: m, gone: make(chan struct{}), info: MountInfo{
-		Sandbox: a.Name, Mountpoint: mp, ReadOnly: a.ReadOnly, AllowOther: a.AllowOther,
+		Sandbox: a.Name, Mountpoint: mp, ReadOnly: a.ReadOnly, AllowOther: a.AllowOther, NoExec: a.NoExec,
 		PID: s.pid, Since: time.Now().UTC(),
 	}}
 	s.mu.Lock()

@@ -69,6 +69,7 @@ type MountArgs struct {
 	Mountpoint string `json:"mountpoint"`
 	ReadOnly   bool   `json:"read_only,omitempty"`
 	AllowOther bool   `json:"allow_other,omitempty"`
+	NoExec     bool   `json:"no_exec,omitempty"`
 }
 
 // UnmountArgs name the mount to take down: by sandbox name, else by its
@@ -99,6 +100,7 @@ type MountInfo struct {
 	Mountpoint string    `json:"mountpoint"`
 	ReadOnly   bool      `json:"read_only"`
 	AllowOther bool      `json:"allow_other"`
+	NoExec     bool      `json:"no_exec,omitempty"`
 	PID        int       `json:"pid"`
 	Since      time.Time `json:"since"`
 	// Stale is set by unmount when the mount's server had died and the
