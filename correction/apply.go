@@ -32,6 +32,14 @@ type ApplyResult struct {
 	// Xattrs are the paths that kept their content but whose extended
 	// attributes (POSIX ACLs among them) changed.
 	Xattrs []string `json:"xattrs"`
+	// Owners are the paths that kept their content but changed owner or
+	// group (carried only when the apply runs as root, as a new file's
+	// owner is).
+	Owners []string `json:"owners"`
+	// Times are the paths that kept their content but whose modification
+	// time changed (a touch; every directory whose entries changed); they
+	// get the sandbox's access and modification times.
+	Times  []string `json:"times"`
 	Millis float64  `json:"millis"`
 }
 
@@ -177,6 +185,7 @@ const (
 	opReplace        // new content for a file, symlink or node
 	opChmod          // permission bits (and maybe extended attributes)
 	opXattr          // extended attributes only
+	opAttr           // owner or times only
 )
 
 type change struct {
@@ -188,6 +197,9 @@ type change struct {
 	// setXattrs: opChmod, opXattr: the attributes change in place (a
 	// created or replaced path is staged with its own).
 	setXattrs bool
+	// setOwner, setTimes: an existing path changes owner, or times, in
+	// place (a created or replaced file is staged with its own).
+	setOwner, setTimes bool
 }
 
 // changeSet is what a sandbox changed against its base.
@@ -200,7 +212,10 @@ type changeSet struct {
 
 func diffTrees(base map[string]entryState, baseOrder []string, live map[string]entryState, liveOrder []string) changeSet {
 	var cs changeSet
-	cs.res = ApplyResult{Added: []string{}, Modified: []string{}, Deleted: []string{}, Modes: []string{}, Xattrs: []string{}}
+	cs.res = ApplyResult{Added: []string{}, Modified: []string{}, Deleted: []string{}, Modes: []string{}, Xattrs: []string{}, Owners: []string{}, Times: []string{}}
+	// Only root can give a file away; a new file's owner is carried on
+	// the same terms (stageOne).
+	root := os.Geteuid() == 0
 	gone := map[string]bool{}
 	for _, p := range baseOrder {
 		b := base[p]
@@ -240,6 +255,30 @@ func diffTrees(base map[string]entryState, baseOrder []string, live map[string]e
 		case !sameXattrs(l.xattrs, b.xattrs):
 			cs.changes = append(cs.changes, change{op: opXattr, path: p, live: l, old: b, setXattrs: true})
 			cs.res.Xattrs = append(cs.res.Xattrs, p)
+		}
+		if !ok || gone[p] {
+			continue
+		}
+		owner := root && (l.attr.UID != b.attr.UID || l.attr.GID != b.attr.GID)
+		// The modification time only: reading the base sets its access
+		// times (relatime), which the view may have seen before.
+		times := l.attr.Mtime != b.attr.Mtime
+		if !owner && !times {
+			continue
+		}
+		if n := len(cs.changes); n == 0 || cs.changes[n-1].path != p {
+			cs.changes = append(cs.changes, change{op: opAttr, path: p, live: l, old: b})
+		}
+		c := &cs.changes[len(cs.changes)-1]
+		if c.op == opReplace {
+			continue // staged with its own owner and times
+		}
+		c.setOwner, c.setTimes = owner, times
+		if owner {
+			cs.res.Owners = append(cs.res.Owners, p)
+		}
+		if times {
+			cs.res.Times = append(cs.res.Times, p)
 		}
 	}
 	for i := range cs.changes {
@@ -321,13 +360,11 @@ func (h *host) openat(rel string, flags int) (int, error) {
 }
 
 func (h *host) lstat(rel string) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	fd, err := h.openat(rel, unix.O_PATH)
-	if err != nil {
-		return st, err
+	fd, st, err := h.openPath(rel)
+	if err == nil {
+		unix.Close(fd)
 	}
-	defer unix.Close(fd)
-	return st, unix.Fstat(fd, &st)
+	return st, err
 }
 
 // parent opens the directory holding rel.
@@ -361,23 +398,92 @@ func (h *host) moveOut(rel, name string) error { return h.rename(rel, name, true
 // moveIn moves staged name to base path rel.
 func (h *host) moveIn(name, rel string) error { return h.rename(rel, name, false) }
 
+// openPath opens rel, a symlink too, as an O_PATH descriptor, and stats
+// it: calls made through the descriptor reach the very inode checked.
+func (h *host) openPath(rel string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	fd, err := h.openat(rel, unix.O_PATH)
+	if err != nil {
+		return -1, st, err
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, err
+	}
+	return fd, st, nil
+}
+
 // chmod sets the permission bits of rel, which must not be a symlink: the
 // mode is changed through a descriptor of the very inode that was checked.
 func (h *host) chmod(rel string, perm uint32) error {
-	fd, err := h.openat(rel, unix.O_PATH)
+	fd, st, err := h.openPath(rel)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return err
-	}
 	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
 		return fmt.Errorf("chmod %s: is a symlink: %w", rel, layers.ErrInvalid)
 	}
 	if err := unix.Fchmodat(unix.AT_FDCWD, fdPath(fd, ""), perm, 0); err != nil {
 		return fmt.Errorf("chmod %s: %w", rel, err)
+	}
+	return nil
+}
+
+// chown gives rel, which may be a symlink, to uid:gid, then sets its
+// permission bits to perm (a chown clears set-user-ID and set-group-ID)
+// and, when capability is not nil, its file capability (which a chown
+// drops).
+func (h *host) chown(rel string, uid, gid, perm uint32, capability []xattr) error {
+	fd, st, err := h.openPath(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchownat(fd, "", int(uid), int(gid), unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("chown %s: %w", rel, err)
+	}
+	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return nil
+	}
+	if err := unix.Fchmodat(unix.AT_FDCWD, fdPath(fd, ""), perm, 0); err != nil {
+		return fmt.Errorf("chmod %s: %w", rel, err)
+	}
+	for _, x := range capability {
+		if err := unix.Setxattr(fdPath(fd, ""), x.Name, x.Value, 0); err != nil {
+			return fmt.Errorf("setxattr %s %s: %w", rel, x.Name, err)
+		}
+	}
+	return nil
+}
+
+// capabilityOf is the file capability among xs, if any.
+func capabilityOf(xs []xattr) []xattr {
+	for _, x := range xs {
+		if x.Name == xattrCapability {
+			return []xattr{x}
+		}
+	}
+	return nil
+}
+
+// xattrCapability is the attribute that holds a file's capabilities.
+const xattrCapability = "security.capability"
+
+// utimes sets the access and modification times of rel (nanoseconds),
+// which may be a symlink.
+func (h *host) utimes(rel string, times []int64) error {
+	if len(times) != 2 {
+		return fmt.Errorf("utimes %s: %d times: %w", rel, len(times), layers.ErrInvalid)
+	}
+	pfd, name, err := h.parent(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	ts := []unix.Timespec{unix.NsecToTimespec(times[0]), unix.NsecToTimespec(times[1])}
+	if err := unix.UtimesNanoAt(pfd, name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("utimes %s: %w", rel, err)
 	}
 	return nil
 }
@@ -531,7 +637,7 @@ func (h *host) stageAll(v *layers.View, cs changeSet) error {
 	// of one staged file, so they stay one file in the base.
 	staged := map[uint64]string{}
 	for _, c := range cs.changes {
-		if c.op == opChmod || c.op == opXattr || c.live.typ() == syscall.S_IFDIR {
+		if c.op == opChmod || c.op == opXattr || c.op == opAttr || c.live.typ() == syscall.S_IFDIR {
 			continue
 		}
 		var err error
@@ -653,7 +759,8 @@ func (h *host) move(steps []moveStep) (int, error) {
 
 // Apply writes the net changes of the plan's sandbox — creates, edits,
 // deletes, renames (as a delete and a create), modes, extended attributes
-// and POSIX ACLs, symlinks — onto its base directory, and marks the plan applied. It refuses with a
+// and POSIX ACLs, owners (as root), modification times, symlinks — onto
+// its base directory, and marks the plan applied. It refuses with a
 // *ConflictError when a base path the sandbox touches changed since the
 // sandbox was created, and with ErrNothingToApply when there is nothing to
 // write. Host paths are resolved beneath the base without following

@@ -325,7 +325,31 @@ func TestApplyUndo(t *testing.T) {
 	must[Plan](t)(e.plans.Create("p", CreateOptions{Sandbox: "s"}))
 	changeAll(t, e)
 	orig := tree(t, e.base)
+	steps := applyFailingEachStep(t, e, "p", func(step int) {
+		if d := diffTree(tree(t, e.base), orig); d != "" {
+			t.Fatalf("step %d: base after a failed apply:\n%s", step, d)
+		}
+		if p := e.plan("p"); p.Applied || p.Status != StatusOpen {
+			t.Fatalf("step %d: plan after a failed apply: applied %v status %q, want open", step, p.Applied, p.Status)
+		}
+	})
+	if steps < 12 {
+		t.Errorf("the apply succeeded with a fault at step %d; want more steps", steps)
+	}
+	if d := diffTree(tree(t, e.base), appliedTree); d != "" {
+		t.Errorf("base after apply:\n%s", d)
+	}
+	e.noStage()
+}
+
+// applyFailingEachStep applies plan with a failure injected at each point
+// of its staging and move phases in turn, calling check after each failed
+// apply, until an apply gets past the last point that can fail; it returns
+// that point.
+func applyFailingEachStep(t *testing.T, e *env, plan string, check func(step int)) int {
+	t.Helper()
 	t.Cleanup(func() { applyFault = nil })
+	defer func() { applyFault = nil }()
 	step := -1
 	for ; ; step++ {
 		reached := false
@@ -336,28 +360,16 @@ func TestApplyUndo(t *testing.T) {
 			}
 			return nil
 		}
-		_, err := e.plans.Apply("p")
+		_, err := e.plans.Apply(plan)
 		if err == nil {
-			break // past the last point that can fail
+			return step
 		}
 		if !reached || !strings.Contains(err.Error(), "nothing applied") || !strings.Contains(err.Error(), "injected") {
 			t.Fatalf("step %d: got %v, want the injected failure, nothing applied", step, err)
 		}
-		if d := diffTree(tree(t, e.base), orig); d != "" {
-			t.Fatalf("step %d: base after a failed apply:\n%s", step, d)
-		}
-		if p := e.plan("p"); p.Applied || p.Status != StatusOpen {
-			t.Fatalf("step %d: plan after a failed apply: applied %v status %q, want open", step, p.Applied, p.Status)
-		}
+		check(step)
 		e.noStage()
 	}
-	if step < 12 {
-		t.Errorf("the apply succeeded with a fault at step %d; want more steps", step)
-	}
-	if d := diffTree(tree(t, e.base), appliedTree); d != "" {
-		t.Errorf("base after apply:\n%s", d)
-	}
-	e.noStage()
 }
 
 // TestApplyUndoFails makes the undo itself fail: the staging directory and

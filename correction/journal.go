@@ -33,6 +33,8 @@ const (
 	stepMkdir = "mkdir" // make directory Path, mode 0700 until its chmod step
 	stepChmod = "chmod" // set the permission bits of Path from Old to Mode
 	stepXattr = "xattr" // turn the extended attributes of Path from OldX into X (mode Old before)
+	stepOwner = "owner" // give Path from OldUID:OldGID to UID:GID, keeping mode Mode (Old before) and file capability X (OldX before)
+	stepTimes = "times" // set the access and modification times of Path from OldTimes to Times
 )
 
 // moveStep is one step of an apply's move phase.
@@ -46,6 +48,14 @@ type moveStep struct {
 	Made bool    `json:"made,omitempty"`
 	X    []xattr `json:"x,omitempty"`
 	OldX []xattr `json:"old_x,omitempty"`
+	// Owner steps.
+	UID    uint32 `json:"uid,omitempty"`
+	GID    uint32 `json:"gid,omitempty"`
+	OldUID uint32 `json:"old_uid,omitempty"`
+	OldGID uint32 `json:"old_gid,omitempty"`
+	// Times steps: access and modification time, in nanoseconds.
+	Times    []int64 `json:"times,omitempty"`
+	OldTimes []int64 `json:"old_times,omitempty"`
 }
 
 // applyJournal is the intent record of an apply, kept under
@@ -64,11 +74,13 @@ func keyApply(id string) string { return "x/plan/apply/" + id }
 
 // planSteps lists the move phase of cs in order: first what goes is moved
 // away (deleted paths, then the old versions of replaced ones), then what
-// comes is put in place, parents first, then extended attributes change in
-// place (existing paths, made directories), then modes are set: files
-// first, then directories children first, so that a read-only directory
-// is made so after its entries are in place. Modes come after attributes,
-// since an access ACL sets group bits.
+// comes is put in place, parents first, then owners change in place, then
+// extended attributes (existing paths, made directories), then modes are
+// set: files first, then directories children first, so that a read-only
+// directory is made so after its entries are in place. Owners come first,
+// since a chown drops set-id bits and file capabilities; modes after
+// attributes, since an access ACL sets group bits. Times come last, in the
+// order of modes, since every move into a directory sets its times.
 func planSteps(cs changeSet) []moveStep {
 	var steps []moveStep
 	for i, p := range cs.top {
@@ -82,7 +94,7 @@ func planSteps(cs changeSet) []moveStep {
 	var modes []change
 	for _, c := range cs.changes {
 		switch {
-		case c.op == opXattr:
+		case c.op == opXattr, c.op == opAttr:
 		case c.op == opChmod:
 			modes = append(modes, c)
 		case c.live.typ() == syscall.S_IFDIR:
@@ -93,6 +105,13 @@ func planSteps(cs changeSet) []moveStep {
 		}
 	}
 	for _, c := range cs.changes {
+		if c.setOwner {
+			a, b := c.live.attr, c.old.attr
+			steps = append(steps, moveStep{Op: stepOwner, Path: c.path, UID: a.UID, GID: a.GID, OldUID: b.UID, OldGID: b.GID,
+				Mode: c.live.perm(), Old: c.old.perm(), X: capabilityOf(c.live.xattrs), OldX: capabilityOf(c.old.xattrs)})
+		}
+	}
+	for _, c := range cs.changes {
 		switch {
 		case c.setXattrs:
 			steps = append(steps, moveStep{Op: stepXattr, Path: c.path, X: c.live.xattrs, OldX: c.old.xattrs, Old: c.old.perm()})
@@ -100,13 +119,7 @@ func planSteps(cs changeSet) []moveStep {
 			steps = append(steps, moveStep{Op: stepXattr, Path: c.path, X: c.live.xattrs, Made: true})
 		}
 	}
-	sort.SliceStable(modes, func(i, j int) bool {
-		di, dj := modes[i].live.typ() == syscall.S_IFDIR, modes[j].live.typ() == syscall.S_IFDIR
-		if di != dj {
-			return !di
-		}
-		return di && modes[i].n > modes[j].n
-	})
+	filesThenDirsChildrenFirst(modes)
 	for _, c := range modes {
 		s := moveStep{Op: stepChmod, Path: c.path, Mode: c.live.perm(), Old: c.old.perm()}
 		if c.op == opCreate {
@@ -114,7 +127,40 @@ func planSteps(cs changeSet) []moveStep {
 		}
 		steps = append(steps, s)
 	}
+	// Times: of what changed them in place, and of every made directory
+	// (staged files carry their own); files first, then directories
+	// children first.
+	var times []change
+	for _, c := range cs.changes {
+		if c.setTimes || c.op == opCreate && c.live.typ() == syscall.S_IFDIR {
+			times = append(times, c)
+		}
+	}
+	filesThenDirsChildrenFirst(times)
+	for _, c := range times {
+		s := moveStep{Op: stepTimes, Path: c.path, Times: []int64{c.live.attr.Atime, c.live.attr.Mtime}}
+		if c.op == opCreate {
+			s.Made = true
+		} else {
+			s.OldTimes = []int64{c.old.attr.Atime, c.old.attr.Mtime}
+		}
+		steps = append(steps, s)
+	}
 	return steps
+}
+
+// filesThenDirsChildrenFirst orders cs (in the live tree's order, parents
+// first) files first, then directories children first: the order in which
+// setting a directory's mode or times is not undone by a later step below
+// it.
+func filesThenDirsChildrenFirst(cs []change) {
+	sort.SliceStable(cs, func(i, j int) bool {
+		di, dj := cs[i].live.typ() == syscall.S_IFDIR, cs[j].live.typ() == syscall.S_IFDIR
+		if di != dj {
+			return !di
+		}
+		return di && cs[i].n > cs[j].n
+	})
 }
 
 // do makes step s.
@@ -128,6 +174,10 @@ func (h *host) do(s moveStep) error {
 		return h.mkdir(s.Path)
 	case stepXattr:
 		return h.setXattrs(s.Path, s.OldX, s.X)
+	case stepOwner:
+		return h.chown(s.Path, s.UID, s.GID, s.Mode, s.X)
+	case stepTimes:
+		return h.utimes(s.Path, s.Times)
 	}
 	return h.chmod(s.Path, s.Mode)
 }
@@ -177,6 +227,19 @@ func (h *host) undo(s moveStep) error {
 			err = h.chmod(s.Path, s.Old)
 		}
 		if err != nil && !absent(err) {
+			return err
+		}
+		return nil
+	case stepOwner:
+		if err := h.chown(s.Path, s.OldUID, s.OldGID, s.Old, s.OldX); err != nil && !absent(err) {
+			return err
+		}
+		return nil
+	case stepTimes:
+		if s.Made {
+			return nil // the directory goes in the mkdir's undo
+		}
+		if err := h.utimes(s.Path, s.OldTimes); err != nil && !absent(err) {
 			return err
 		}
 		return nil

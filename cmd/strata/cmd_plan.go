@@ -428,8 +428,8 @@ back. An applied plan can no longer be rolled back or reverted.`,
 			if g.json {
 				return printJSON(g.stdout, r)
 			}
-			_, err := fmt.Fprintf(g.stdout, "applied plan onto %s: %d added, %d modified, %d deleted, %d mode changes, %d attribute changes in %.2f ms\n",
-				r.Base, len(r.Added), len(r.Modified), len(r.Deleted), len(r.Modes), len(r.Xattrs), r.Millis)
+			_, err := fmt.Fprintf(g.stdout, "applied plan onto %s: %d added, %d modified, %d deleted, %d mode changes, %d attribute changes, %d owner changes, %d time changes in %.2f ms\n",
+				r.Base, len(r.Added), len(r.Modified), len(r.Deleted), len(r.Modes), len(r.Xattrs), len(r.Owners), len(r.Times), r.Millis)
 			return err
 		},
 	}
