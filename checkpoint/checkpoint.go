@@ -282,7 +282,8 @@ func (m *Manager) ResolveIn(sandbox, ref string) (Checkpoint, error) {
 		return Checkpoint{}, err
 	}
 	if cp.Sandbox != sandbox {
-		return Checkpoint{}, fmt.Errorf("checkpoint %s is of sandbox %s, not %s: %w", cp.ID, cp.Sandbox, sandbox, ErrOtherSandbox)
+		// cp goes with the error: a fork may still go back to it.
+		return cp, fmt.Errorf("checkpoint %s is of sandbox %s, not %s: %w", cp.ID, cp.Sandbox, sandbox, ErrOtherSandbox)
 	}
 	return cp, nil
 }

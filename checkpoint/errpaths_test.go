@@ -49,9 +49,9 @@ func TestMissingSandbox(t *testing.T) {
 		{"remove sandbox", func(m *Manager) error { return m.RemoveSandbox("ghost") }},
 		{"state hash", func(m *Manager) error { _, err := m.StateHash("ghost", ""); return err }},
 	})
-	// A checkpoint that exists, asked for in a sandbox that does not, is
-	// another sandbox's.
-	if _, err := e.mgr.Rollback("ghost", "c0"); !errors.Is(err, ErrOtherSandbox) {
+	// A checkpoint that exists, asked for in a sandbox that does not: the
+	// sandbox is what is missing.
+	if _, err := e.mgr.Rollback("ghost", "c0"); !errors.Is(err, layers.ErrNotFound) || !strings.Contains(err.Error(), "sandbox ghost") {
 		t.Fatalf("rollback of a missing sandbox: %v", err)
 	}
 	if cps, err := e.mgr.List("s"); err != nil || len(cps) != 1 {

@@ -265,6 +265,35 @@ func TestFork(t *testing.T) {
 	if got := e.liveTree("s"); !reflect.DeepEqual(got, h.trees[3]) {
 		t.Fatalf("write in the fork changed the origin: %v", got)
 	}
+	// The fork goes back to the checkpoint it was made from, which is not
+	// its own; a checkpoint of the origin above that one is refused.
+	if _, err := e.mgr.Rollback("f", "c2"); !errors.Is(err, ErrOtherSandbox) {
+		t.Fatalf("fork's rollback to c2, above its fork point: got %v, want ErrOtherSandbox", err)
+	}
+	hits := 0
+	restore := e.store.InjectFault(failOn("layers", "f", &hits))
+	if _, err := e.mgr.Rollback("f", "c1"); !errors.Is(err, errInjected) || hits == 0 {
+		t.Fatalf("fork's rollback when its stack cannot be read: got %v, want the injected fault", err)
+	}
+	restore()
+	if _, err := e.mgr.Rollback("f", "c1"); err != nil {
+		t.Fatalf("fork's rollback to the checkpoint it was made from: %v", err)
+	}
+	if got := e.liveTree("f"); !reflect.DeepEqual(got, h.trees[1]) {
+		t.Fatalf("fork after its rollback to c1 shows\n%v\nwant\n%v", got, h.trees[1])
+	}
+	if got := e.liveTree("s"); !reflect.DeepEqual(got, h.trees[3]) {
+		t.Fatalf("the fork's rollback changed the origin: %v", got)
+	}
+	if ars, err := e.mgr.Archives("f"); err != nil || len(ars) != 1 || ars[0].ToCheckpoint != h.cps[1].ID {
+		t.Fatalf("fork's archives after its rollback: %+v, %v; want one, to c1", ars, err)
+	}
+	if _, err := e.mgr.Rollback("f", "c0"); err != nil {
+		t.Fatalf("fork's rollback to c0, below its fork point: %v", err)
+	}
+	if got := e.liveTree("f"); !reflect.DeepEqual(got, h.trees[0]) {
+		t.Fatalf("fork after its rollback to c0 shows\n%v\nwant\n%v", got, h.trees[0])
+	}
 	tests := []struct {
 		name, fork, ref string
 		err             error

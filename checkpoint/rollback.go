@@ -52,6 +52,9 @@ func (m *Manager) Rollback(sandbox, ref string) (RollbackResult, error) {
 // error from extra aborts the rollback.
 func (m *Manager) RollbackTx(sandbox, ref string, extra func(tx *layers.Txn, archive string) error) (RollbackResult, error) {
 	cp, err := m.ResolveIn(sandbox, ref)
+	if errors.Is(err, ErrOtherSandbox) {
+		cp, err = m.inherited(sandbox, cp, err)
+	}
 	if err == nil {
 		err = m.sameBase("checkpoint "+cp.ID, sandbox, cp.Created)
 	}
@@ -59,6 +62,23 @@ func (m *Manager) RollbackTx(sandbox, ref string, extra func(tx *layers.Txn, arc
 		return RollbackResult{}, fmt.Errorf("rollback %s: %w", sandbox, err)
 	}
 	return m.repointTx(sandbox, cp.Layer, cp.ID, "", extra)
+}
+
+// inherited returns cp, a checkpoint of another sandbox, when its layer is
+// in sandbox's stack: the checkpoint a fork was made from (or one below
+// it), which the fork shows as it was and can go back to. Else it
+// returns err.
+func (m *Manager) inherited(sandbox string, cp Checkpoint, err error) (Checkpoint, error) {
+	stack, lerr := m.store.Layers(sandbox, false)
+	if lerr != nil {
+		return Checkpoint{}, lerr
+	}
+	for _, l := range stack {
+		if l.ID == cp.Layer {
+			return cp, nil
+		}
+	}
+	return Checkpoint{}, err
 }
 
 // ResetTx moves the sandbox onto its base alone: every layer goes to an

@@ -223,7 +223,9 @@ func TestRollbackRefusesOtherSandbox(t *testing.T) {
 	if got := e.liveTree("s"); !reflect.DeepEqual(got, before) {
 		t.Fatalf("refused rollback changed s")
 	}
-	// A fork rolls back to its own checkpoints and to none of its origin.
+	// A fork rolls back to its own checkpoints, and to its origin's only
+	// as far as it shares them: c1, which it was made from, and c0 below,
+	// not c2.
 	e.put("f", "f.txt", "later")
 	if _, err := e.mgr.Rollback("f", "fc"); err != nil {
 		t.Fatal(err)
@@ -231,8 +233,14 @@ func TestRollbackRefusesOtherSandbox(t *testing.T) {
 	if got := e.liveTree("f"); got["f.txt"] != "fork" || got["edit.txt"] != h.trees[1]["edit.txt"] {
 		t.Fatalf("fork after rollback: %v", got)
 	}
-	if _, err := e.mgr.Rollback("f", "c0"); !errors.Is(err, ErrOtherSandbox) {
-		t.Fatalf("rollback of f to c0 of s: got %v, want ErrOtherSandbox", err)
+	if _, err := e.mgr.Rollback("f", "c2"); !errors.Is(err, ErrOtherSandbox) {
+		t.Fatalf("rollback of f to c2 of s: got %v, want ErrOtherSandbox", err)
+	}
+	if _, err := e.mgr.Rollback("f", "c0"); err != nil {
+		t.Fatalf("rollback of f to c0 of s, below its fork point: %v", err)
+	}
+	if got := e.liveTree("f"); !reflect.DeepEqual(got, h.trees[0]) {
+		t.Fatalf("fork after rollback to c0: %v, want %v", got, h.trees[0])
 	}
 	if _, err := e.mgr.Rollback("ghost", "c0"); err == nil {
 		t.Fatal("rollback of a missing sandbox: no error")

@@ -99,6 +99,9 @@ Feature: Checkpoints, live rollback and the archive
     When I write "the fork's own" to "shared.txt" in the second mount
     Then "shared.txt" in the mount contains "work went on"
     And "shared.txt" in the second mount contains "the fork's own"
+    When I roll "copy" back to the checkpoint "fork-point"
+    Then "shared.txt" in the second mount contains "from work"
+    And "shared.txt" in the mount contains "work went on"
 
   Scenario: Rolling back to another sandbox's checkpoint fails clearly
     Given a sandbox "other" over the base
