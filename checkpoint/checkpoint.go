@@ -255,7 +255,23 @@ func (m *Manager) Resolve(ref string) (Checkpoint, error) {
 	case 1:
 		return found[0], nil
 	}
-	return Checkpoint{}, fmt.Errorf("checkpoint %s matches %d checkpoints: %w", ref, len(found), ErrAmbiguous)
+	return Checkpoint{}, fmt.Errorf("checkpoint %s matches %d checkpoints (%s): %w", ref, len(found), describeMatches(found), ErrAmbiguous)
+}
+
+// describeMatches names the first few of the checkpoints an ambiguous
+// reference matched, with their sandboxes: a label is unique only within
+// a sandbox.
+func describeMatches(cps []Checkpoint) string {
+	const most = 3
+	var parts []string
+	for i, cp := range cps {
+		if i == most {
+			parts = append(parts, fmt.Sprintf("and %d more", len(cps)-most))
+			break
+		}
+		parts = append(parts, cp.ID+" of "+cp.Sandbox)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ResolveIn is Resolve restricted to one sandbox (a label may repeat across

@@ -234,3 +234,42 @@ func ids(cps []Checkpoint) []string {
 type errFixed string
 
 func (e errFixed) Error() string { return string(e) }
+
+// An ambiguous reference names what it matched, with the sandboxes, and
+// a diff told which sandbox to look in finds the label there.
+func TestAmbiguousLabelAcrossSandboxes(t *testing.T) {
+	r := newResolveFixture(t)
+	_, err := r.e.mgr.DiffCheckpoints("first", "")
+	if !errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("diff of a label two sandboxes use: got %v, want ErrAmbiguous", err)
+	}
+	for _, want := range []string{r.first.ID + " of s", r.forkFirst.ID + " of f"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	for _, tc := range []struct {
+		sandbox, to string
+		want        []string // paths modified
+	}{
+		{"s", "", []string{"a"}},       // first, then a changed twice
+		{"f", "", []string{"b"}},       // the fork's first, then b changed
+		{"s", "second", []string{"a"}}, // TO is looked up in the same sandbox
+	} {
+		d, err := r.e.mgr.DiffCheckpointsIn(tc.sandbox, "first", tc.to)
+		if err != nil {
+			t.Fatalf("diff first in %s to %q: %v", tc.sandbox, tc.to, err)
+		}
+		if strings.Join(d.Modified, ",") != strings.Join(tc.want, ",") || len(d.Added)+len(d.Deleted) != 0 {
+			t.Errorf("diff first in %s to %q: %+v, want modified %v", tc.sandbox, tc.to, d, tc.want)
+		}
+	}
+	if _, err := r.e.mgr.DiffCheckpointsIn("ghost", "first", ""); !errors.Is(err, layers.ErrNotFound) {
+		t.Errorf("diff in a missing sandbox: got %v, want ErrNotFound", err)
+	}
+	// Past three matches the rest are counted, not listed.
+	many := []Checkpoint{{ID: "A", Sandbox: "w"}, {ID: "B", Sandbox: "x"}, {ID: "C", Sandbox: "y"}, {ID: "D", Sandbox: "z"}, {ID: "E", Sandbox: "z"}}
+	if got, want := describeMatches(many), "A of w, B of x, C of y, and 2 more"; got != want {
+		t.Errorf("describeMatches: got %q, want %q", got, want)
+	}
+}

@@ -299,7 +299,19 @@ func (m *Manager) Restore(ref string) (RollbackResult, error) {
 // DiffCheckpoints compares checkpoint from with checkpoint to, or with the
 // sandbox's live state when to is "".
 func (m *Manager) DiffCheckpoints(from, to string) (Diff, error) {
-	a, err := m.Resolve(from)
+	return m.DiffCheckpointsIn("", from, to)
+}
+
+// DiffCheckpointsIn is DiffCheckpoints with from looked up in sandbox
+// (when not ""), where a label that several sandboxes use is unique.
+func (m *Manager) DiffCheckpointsIn(sandbox, from, to string) (Diff, error) {
+	var a Checkpoint
+	var err error
+	if sandbox == "" {
+		a, err = m.Resolve(from)
+	} else {
+		a, err = m.ResolveIn(sandbox, from)
+	}
 	if err == nil {
 		err = m.sameBase("checkpoint "+a.ID, a.Sandbox, a.Created)
 	}

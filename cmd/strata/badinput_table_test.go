@@ -480,6 +480,8 @@ func badInputCases(e *env, ids badInputIDs, served bool) []badCase {
 		refused("checkpoint rm: ambiguous label", "ambiguous", "checkpoint", "rm", "same"),
 		refused("checkpoint diff: ambiguous label", "ambiguous", "checkpoint", "diff", "same"),
 		refused("checkpoint diff: across sandboxes", "another sandbox", "checkpoint", "diff", "c1", "o1"),
+		refused("checkpoint diff: in an unknown sandbox", "sandbox nope: not found", "checkpoint", "diff", "same", "--sandbox", "nope"),
+		usage("checkpoint diff: empty --sandbox", "--sandbox: empty", "checkpoint", "diff", "same", "--sandbox", ""),
 		refused("verify: ambiguous label", "ambiguous", "verify", "same"),
 		refused("verify: unknown", "neither a sandbox nor a checkpoint", "verify", "nope"),
 		refused("rollback: another sandbox's checkpoint", "another sandbox", "rollback", "demo", "--to-checkpoint", "o1"),

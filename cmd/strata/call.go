@@ -51,6 +51,8 @@ func checkpointHint(err error, sandbox string) string {
 		return "give more characters of the id; run `strata archive list SANDBOX` to see them"
 	case errors.Is(err, checkpoint.ErrAmbiguous) && strings.Contains(msg, "layer"):
 		return "give more characters of the id; run `strata layers list SANDBOX` to see them"
+	case errors.Is(err, checkpoint.ErrAmbiguous) && sandbox == "":
+		return "give more characters of the id, or name the sandbox (a label is unique only within one); run " + list + " to see them"
 	case errors.Is(err, checkpoint.ErrAmbiguous):
 		return "give more characters of the id, or a label; run " + list + " to see them"
 	case errors.Is(err, checkpoint.ErrOtherSandbox):

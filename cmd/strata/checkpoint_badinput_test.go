@@ -75,7 +75,7 @@ func testCheckpointBadInput(t *testing.T, mounted bool) {
 		{name: "show with a short prefix", args: []string{"checkpoint", "show", o1.ID[:5]},
 			wantCode: 1, wantErr: "not found"},
 		{name: "show ambiguous label", args: []string{"checkpoint", "show", "same"},
-			wantCode: 1, wantErr: "matches 2 checkpoints: ambiguous", wantHint: "more characters"},
+			wantCode: 1, wantErr: "matches 2 checkpoints (", wantHint: "more characters"},
 		{name: "show without id", args: []string{"checkpoint", "show"},
 			wantCode: 2, wantErr: "missing ID"},
 		{name: "create on a missing sandbox", args: []string{"checkpoint", "create", "nope"},

@@ -129,6 +129,25 @@ func TestCheckpointCreateListShowDiffRemovePrune(t *testing.T) {
 	if out := e.ok("checkpoint", "diff", "first", "second"); !strings.Contains(out, "M  a.txt") || !strings.Contains(out, "D  dir/b.txt") {
 		t.Errorf("diff: got\n%s\nwant M a.txt and D dir/b.txt", out)
 	}
+	// A label another sandbox uses too: the error names both, and
+	// --sandbox picks one.
+	e.ok("sandbox", "fork", "twin", "--from", "second")
+	var twinFirst checkpoint.Checkpoint
+	e.okJSON(&twinFirst, "checkpoint", "create", "twin", "--label", "first")
+	r := e.run("checkpoint", "diff", "first")
+	if r.code != 1 || !strings.Contains(r.stderr, first.ID+" of demo") || !strings.Contains(r.stderr, "name the sandbox") {
+		t.Errorf("diff of a label two sandboxes use: exit %d, stderr %q; want 1, the matches and a hint", r.code, r.stderr)
+	}
+	var in checkpoint.Diff
+	e.okJSON(&in, "checkpoint", "diff", "first", "second", "--sandbox", "demo")
+	if !reflect.DeepEqual(in, tests[0].want) {
+		t.Errorf("diff first second --sandbox demo: got %+v, want %+v", in, tests[0].want)
+	}
+	e.okJSON(&in, "checkpoint", "diff", "first", "--sandbox", "twin")
+	if len(in.Added)+len(in.Modified)+len(in.Deleted) != 0 {
+		t.Errorf("diff first --sandbox twin (its live state is that checkpoint): got %+v, want no change", in)
+	}
+	e.ok("checkpoint", "rm", twinFirst.ID)
 
 	var removed checkpoint.Checkpoint
 	e.okJSON(&removed, "checkpoint", "rm", "second")

@@ -164,9 +164,14 @@ func runCheckpointShow(g *globals, id string) error {
 }
 
 func newCheckpointDiffCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "diff FROM [TO]",
+	var sandbox string
+	cmd := &cobra.Command{
+		Use:   "diff FROM [TO] [--sandbox NAME]",
 		Short: "What changed from checkpoint FROM to checkpoint TO (default: the live state)",
+		Long: `What changed from checkpoint FROM to checkpoint TO (default: the live state
+of FROM's sandbox). FROM and TO are ids, unique id prefixes or labels; TO is
+looked up in FROM's sandbox. --sandbox looks FROM up in that sandbox, for a
+label that several sandboxes use.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf(cmd, "missing FROM")
@@ -174,18 +179,23 @@ func newCheckpointDiffCommand(g *globals) *cobra.Command {
 			return maxArgs("FROM", "TO")(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a := control.DiffArgs{From: args[0]}
+			a := control.DiffArgs{From: args[0], Sandbox: sandbox}
 			if len(args) == 2 {
 				a.To = args[1]
+			}
+			if cmd.Flags().Changed("sandbox") && sandbox == "" {
+				return usageErrorf(cmd, "--sandbox: empty; want a sandbox's name")
 			}
 			return runCheckpointDiff(g, a)
 		},
 	}
+	cmd.Flags().StringVar(&sandbox, "sandbox", "", "look FROM up in this sandbox")
+	return cmd
 }
 
 func runCheckpointDiff(g *globals, a control.DiffArgs) error {
 	var d checkpoint.Diff
-	if err := g.call("diff", "", control.OpCheckpointDiff, a, &d); err != nil {
+	if err := g.call("diff", a.Sandbox, control.OpCheckpointDiff, a, &d); err != nil {
 		return err
 	}
 	if g.json {

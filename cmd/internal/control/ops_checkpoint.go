@@ -62,6 +62,9 @@ type IDArgs struct {
 type DiffArgs struct {
 	From string `json:"from"`
 	To   string `json:"to,omitempty"`
+	// Sandbox, when set, is where From is looked up (a label may repeat
+	// across sandboxes).
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // PruneArgs are the arguments of checkpoint.prune. With neither KeepLast
@@ -219,7 +222,7 @@ func (s *Server) checkpointShow(ctx context.Context, a IDArgs) (checkpoint.Check
 func (s *Server) checkpointDiff(ctx context.Context, a DiffArgs) (checkpoint.Diff, error) {
 	// The live view is walked when To is empty: keep its mount in place.
 	return exclusive(s, func() (checkpoint.Diff, error) {
-		return s.checkpoints().DiffCheckpoints(a.From, a.To)
+		return s.checkpoints().DiffCheckpointsIn(a.Sandbox, a.From, a.To)
 	})
 }
 
