@@ -2,6 +2,7 @@ package fs
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"testing"
 
@@ -47,5 +48,70 @@ func TestFallocateModes(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("%s: content differs (got %d bytes, want %d)", when, len(got), len(want))
 		}
+	}
+}
+
+// fallocate mode 0 reserves the space later writes of the range need, as
+// posix_fallocate promises: a request larger than the free space fails
+// with ENOSPC and changes nothing; a granted one, of a new file and of a
+// base file's blocks, keeps the content and lets writes into the range
+// succeed after the disk filled up.
+func TestFallocateReserves(t *testing.T) {
+	content := randBytes(3, 2<<20)
+	sb := newSandboxOn(t, smallFS(t, 64<<20), func(base string) { writeFile(t, base+"/base.bin", string(content)) })
+	res, err := os.OpenFile(sb.path("res"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	free := freeBytes(t, sb.store.Dir())
+	if err := unix.Fallocate(int(res.Fd()), 0, 0, 2*free); err != unix.ENOSPC {
+		t.Fatalf("fallocate of twice the free space (%d bytes): got %v, want ENOSPC", 2*free, err)
+	}
+	if fi, _ := res.Stat(); fi.Size() != 0 {
+		t.Fatalf("size after a refused fallocate: %d, want 0", fi.Size())
+	}
+	const reserved = 8 << 20
+	if err := unix.Fallocate(int(res.Fd()), 0, 0, reserved); err != nil {
+		t.Fatalf("fallocate 8 MiB: %v", err)
+	}
+	if after := freeBytes(t, sb.store.Dir()); free-after < reserved {
+		t.Errorf("fallocate of %d bytes took %d of the store's file system, want at least that", reserved, free-after)
+	}
+	base, err := os.OpenFile(sb.path("base.bin"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer base.Close()
+	if err := unix.Fallocate(int(base.Fd()), unix.FALLOC_FL_KEEP_SIZE, 100000, 1400000); err != nil {
+		t.Fatalf("fallocate inside the base file: %v", err)
+	}
+	if got, err := os.ReadFile(sb.path("base.bin")); err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("base file after fallocate: %d bytes, %v; want its content unchanged", len(got), err)
+	}
+	if got, err := os.ReadFile(sb.path("res")); err != nil || !bytes.Equal(got, make([]byte, reserved)) {
+		t.Fatalf("reserved file: %d bytes, %v; want %d zeros", len(got), err, reserved)
+	}
+	if _, err := fillUntilFull(t, sb.path("filler"), 128<<20); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("filling the disk: %v, want ENOSPC", err)
+	}
+	// The disk is full; the reserved ranges still take writes (until the
+	// next fsync or checkpoint seals the blocks: View.Allocate).
+	chunk := randBytes(5, 1<<20)
+	for off := int64(0); off < reserved; off += int64(len(chunk)) {
+		if _, err := res.WriteAt(chunk, off); err != nil {
+			t.Fatalf("write at %d of the reserved file on a full disk: %v", off, err)
+		}
+	}
+	edit := randBytes(6, 1300000)
+	if _, err := base.WriteAt(edit, 150000); err != nil {
+		t.Fatalf("write into the base file's reserved range on a full disk: %v", err)
+	}
+	if err := res.Sync(); err != nil {
+		t.Fatalf("fsync on a full disk: %v", err)
+	}
+	copy(content[150000:], edit)
+	if got, err := os.ReadFile(sb.path("base.bin")); err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("base file after the write: %d bytes, %v", len(got), err)
 	}
 }

@@ -383,10 +383,6 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 		v.mu.Unlock()
 		return 0, err
 	}
-	if err := v.s.checkSpace(); err != nil {
-		v.mu.Unlock()
-		return 0, err
-	}
 	st, err := v.getInode(ino)
 	if err != nil {
 		v.mu.Unlock()
@@ -406,6 +402,14 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 	if err := v.ensureBlocks(st); err != nil {
 		v.mu.Unlock()
 		return 0, err
+	}
+	// A write into slots a fallocate reserved needs no data space, only
+	// the metadata the reserve is kept for.
+	if !v.reservedLocked(st, off, int64(len(p))) {
+		if err := v.s.checkSpace(); err != nil {
+			v.mu.Unlock()
+			return 0, err
+		}
 	}
 	v.copyUp(st)
 	type piece struct {
@@ -497,8 +501,29 @@ func (v *View) truncateLocked(st *inodeState, size int64) error {
 	return nil
 }
 
-// Allocate implements fallocate mode 0 and KEEP_SIZE: Strata stores holes
-// sparsely, so only the size changes.
+// reservedLocked reports whether every block of [off, off+n) of st has a
+// slot of its own in the active layer that can still be written: a write
+// there takes no new data space.
+func (v *View) reservedLocked(st *inodeState, off, n int64) bool {
+	if n <= 0 {
+		return false
+	}
+	for blk := uint64(off / v.bs); blk <= uint64((off+n-1)/v.bs); blk++ {
+		if ref, ok := st.active[blk]; !ok || ref.sealed() {
+			return false
+		}
+	}
+	return true
+}
+
+// Allocate implements fallocate mode 0 and KEEP_SIZE: it reserves the
+// space later writes of [off, off+length) need, as posix_fallocate
+// promises, so that they cannot fail with ENOSPC. Every block of the range
+// gets a slot of its own in the active layer, with its content copied up
+// from below, and the slots are allocated on disk; blocks past the end of
+// the file are reserved only when the file grows to cover them (without
+// keepSize). The range is checked against the free space first: a request
+// the disk cannot hold fails with ErrNoSpace and changes nothing.
 func (v *View) Allocate(ino uint64, off, length int64, keepSize bool) error {
 	if off < 0 || length <= 0 {
 		return ErrInvalid
@@ -517,18 +542,75 @@ func (v *View) Allocate(ino uint64, off, length int64, keepSize bool) error {
 	if st.rec.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		return ErrInvalid
 	}
-	if end := off + length; !keepSize && end > st.rec.Size {
-		if end > MaxFileSize {
-			return ErrTooLarge
+	end := off + length
+	if !keepSize && end > MaxFileSize {
+		return ErrTooLarge
+	}
+	if err := v.ensureBlocks(st); err != nil {
+		return err
+	}
+	// What is reserved: the range, within the file as it will be.
+	size := st.rec.Size
+	if !keepSize {
+		size = max(size, end)
+	}
+	rend := min(end, size)
+	var first, last uint64
+	if off < rend {
+		first, last = uint64(off/v.bs), uint64((rend-1)/v.bs)
+	}
+	var need int64
+	for blk := first; off < rend && blk <= last; blk++ {
+		if ref, ok := st.active[blk]; !ok || ref.sealed() {
+			need += v.bs
 		}
-		v.copyUp(st)
+	}
+	if need > 0 {
+		var fs unix.Statfs_t
+		if err := unix.Statfs(v.s.dir, &fs); err != nil {
+			return mapOSErr(err)
+		}
+		if avail := int64(fs.Bavail) * fs.Bsize; need > avail {
+			return fmt.Errorf("allocate %d bytes with %d free: %w", need, avail, ErrNoSpace)
+		}
+	}
+	v.copyUp(st)
+	if !keepSize && end > st.rec.Size {
 		st.rec.Size = end
 		touch(st, true)
-		b := &batch{v: v}
-		b.putRec(st)
-		b.done()
 	}
-	return nil
+	v.markRec(st)
+	if off >= rend {
+		return nil
+	}
+	f := v.files[v.activeLayer()]
+	// Slots handed out are covered by the data file whatever happens
+	// below (reserveSlotsLocked says why).
+	defer v.reserveSlotsLocked(f)
+	var runStart, runEnd int64 = -1, -1 // a run of adjacent slots to allocate
+	flush := func() error {
+		if runStart < 0 {
+			return nil
+		}
+		err := unix.Fallocate(int(f.Fd()), 0, runStart, runEnd-runStart)
+		runStart = -1
+		return mapOSErr(err)
+	}
+	for blk := first; blk <= last; blk++ {
+		ref, err := v.writableSlotLocked(st, blk, 0, 0)
+		if err != nil {
+			return err
+		}
+		at := int64(ref.Slot) * v.bs
+		if at != runEnd {
+			if err := flush(); err != nil {
+				return err
+			}
+			runStart = at
+		}
+		runEnd = at + v.bs
+	}
+	return flush()
 }
 
 // Zero makes [off, off+length) of file ino read as zeros (fallocate's

@@ -1042,3 +1042,57 @@ func TestXattrSpace(t *testing.T) {
 	ok(t, "shrink it under the bound", v.SetXattr(g.Ino, "user.a", make([]byte, 10), 0))
 	ok(t, "then grow within the bound", v.SetXattr(g.Ino, "user.c", []byte("c"), 0))
 }
+
+// TestAllocateReserves: fallocate's mode 0 gives every block of the range
+// a slot of its own, allocated on disk, content kept; a range larger than
+// the free space is refused with ErrNoSpace and changes nothing; with
+// keepSize nothing past the end is reserved.
+func TestAllocateReserves(t *testing.T) {
+	const bs = MinBlockSize
+	orig := bytes.Repeat([]byte("0123456789abcdef"), 4*bs/16)
+	e := newEnv(t, bs, func(base string) { put(t, base+"/f", string(orig)) })
+	v := e.view()
+	defer func() { v.Close() }()
+	f := lookup(t, v, RootIno, "f")
+	m := model(append([]byte(nil), orig...))
+	dataBlocks := func() int64 {
+		var st syscall.Stat_t
+		ok(t, "stat data file", syscall.Stat(e.store.dataPath(v.activeLayer()), &st))
+		return st.Blocks * 512
+	}
+	var fs syscall.Statfs_t
+	ok(t, "statfs", syscall.Statfs(e.store.Dir(), &fs))
+	free := int64(fs.Bavail) * fs.Bsize
+	wantErr(t, "allocate twice the free space", v.Allocate(f.Ino, 0, 2*free, false), ErrNoSpace)
+	checkModel(t, v, f.Ino, m, "after a refused allocate")
+	before := dataBlocks()
+	ok(t, "allocate inside", v.Allocate(f.Ino, bs/2, 2*bs, true))
+	checkModel(t, v, f.Ino, m, "after allocate inside")
+	if got := dataBlocks() - before; got < 3*bs {
+		t.Errorf("allocate of blocks 0-2 took %d bytes of the data file, want %d", got, 3*bs)
+	}
+	ok(t, "allocate past the end, keeping the size", v.Allocate(f.Ino, int64(len(m)), 8*bs, true))
+	checkModel(t, v, f.Ino, m, "after allocate past the end with keepSize")
+	ok(t, "allocate growing", v.Allocate(f.Ino, int64(len(m))+10, 2*bs, false))
+	m.truncate(int64(len(m)) + 10 + 2*bs)
+	checkModel(t, v, f.Ino, m, "after allocate growing")
+	st, err := v.getInode(f.Ino)
+	ok(t, "inode", err)
+	for _, r := range []struct {
+		off, n int64
+		want   bool
+	}{{0, 3 * bs, true}, {3 * bs, 10, false}, {4 * bs, 2*bs + 10, true}, {0, 0, false}} {
+		if got := v.reservedLocked(st, r.off, r.n); got != r.want {
+			t.Errorf("reservedLocked(%d, %d) = %v, want %v", r.off, r.n, got, r.want)
+		}
+	}
+	n, err := v.WriteAt(f.Ino, []byte("written"), bs, false)
+	ok(t, "write into a reserved block", err)
+	m.write([]byte("written"), bs)
+	if n != 7 {
+		t.Fatalf("write: %d bytes", n)
+	}
+	ok(t, "sync", v.Sync())
+	v = e.reopen(v)
+	checkModel(t, v, f.Ino, m, "after a restart")
+}

@@ -4,9 +4,13 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/strata-sandbox/strata/cmd/internal/control"
 )
 
 // mountHelperHelp is `strata help mount-helper`: how mount(8) and
@@ -34,6 +38,13 @@ SOURCE is strata:NAME or NAME. Options:
   ro, rw         read-only or writable (the default)
   allow_other    let other users in; the kernel still checks permissions
   noexec, exec   refuse, or allow (the default), executing programs
+
+"mount -o remount,ro MOUNTPOINT" (or rw, noexec, exec) changes the
+mount's flags in place, as root; a sandbox mounted read-only stays served
+read-only. Name only the mountpoint: given SOURCE and MOUNTPOINT, mount(8)
+remounts by itself, without the helper, and clears nosuid and nodev unless
+they are named too. umount by source (umount strata:NAME) takes the newest
+mount of that name, whichever store it is of; umount MOUNTPOINT is exact.
 
 Strata mounts are always nosuid, nodev and noatime. These options are
 accepted and change nothing: defaults, nosuid, nodev, noatime, relatime,
@@ -80,11 +91,20 @@ type helperCall struct {
 	args    []string // the strata command line it stands for
 	fake    bool     // -f: check only
 	verbose bool     // -v: print what was mounted
+	// remount: change the flags of the mount at target (ro, noexec), which
+	// mount(8) asks of the helper for "mount -o remount,... MOUNTPOINT".
+	remount    bool
+	target     string
+	ro, noexec bool
 }
 
 // ignoredOptions change nothing: what every strata mount is anyway, what
 // mount(8) and fstab keep for themselves, and the dev and suid that
 // mount.fuse3 adds to every mount as root.
+// kernelOptions are the FUSE options /proc/mounts shows, which mount(8)
+// passes back on a remount.
+var kernelOptions = []string{"user_id=", "group_id=", "max_read=", "blksize=", "rootmode="}
+
 var ignoredOptions = map[string]bool{
 	"defaults": true, "nosuid": true, "nodev": true, "noatime": true, "relatime": true,
 	"async": true, "default_permissions": true, "auto": true, "noauto": true, "nofail": true,
@@ -174,12 +194,19 @@ func parseHelper(args []string) (helperCall, error) {
 				noexec = true
 			case o == "exec":
 				noexec = false
+			case o == "remount":
+				c.remount = true
+			case slices.ContainsFunc(kernelOptions, func(p string) bool { return strings.HasPrefix(o, p) }):
 			case ignoredOptions[o], strings.HasPrefix(o, "x-"), strings.HasPrefix(o, "comment="):
 			case sloppy:
 			default:
 				return c, fmt.Errorf("mount option %q is not one strata knows (store=DIR, ro, rw, allow_other, noexec, exec; see strata help mount-helper)", o)
 			}
 		}
+	}
+	if c.remount {
+		c.target, c.ro, c.noexec = pos[1], ro, noexec
+		return c, nil
 	}
 	if store != "" {
 		c.args = append(c.args, "--store", store)
@@ -215,6 +242,16 @@ func runHelper(args []string, stdout, stderr io.Writer) int {
 	if c.fake {
 		return 0
 	}
+	if c.remount {
+		if err := remount(c); err != nil {
+			fmt.Fprintf(stderr, "strata: mount helper: %v\n", oneLine(err.Error()))
+			return mountExitFailure
+		}
+		if c.verbose {
+			fmt.Fprintf(stdout, "remounted %s\n", c.target)
+		}
+		return 0
+	}
 	if !c.verbose {
 		stdout = io.Discard
 	}
@@ -226,4 +263,41 @@ func runHelper(args []string, stdout, stderr io.Writer) int {
 	default:
 		return mountExitFailure
 	}
+}
+
+// remount changes the flags of the strata mount at c.target in place, as
+// "mount -o remount,ro MOUNTPOINT" asks: read-only or writable, noexec or
+// not. A sandbox stays nosuid, nodev and noatime. The server is not asked:
+// the kernel holds these flags (a sandbox the server serves read-only
+// stays so whatever the mount says).
+func remount(c helperCall) error {
+	target, err := filepath.Abs(c.target)
+	if err == nil {
+		target, err = filepath.EvalSymlinks(target)
+	}
+	if err != nil {
+		return fmt.Errorf("remount %s: %w", c.target, err)
+	}
+	table, err := control.Mounts()
+	if err != nil {
+		return fmt.Errorf("remount %s: %w", c.target, err)
+	}
+	found := false
+	for _, m := range table {
+		found = found || m.Mountpoint == target && m.FSType == "fuse.strata"
+	}
+	if !found {
+		return fmt.Errorf("remount %s: not a strata mount", c.target)
+	}
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOATIME)
+	if c.ro {
+		flags |= unix.MS_RDONLY
+	}
+	if c.noexec {
+		flags |= unix.MS_NOEXEC
+	}
+	if err := unix.Mount("", target, "", flags, ""); err != nil {
+		return fmt.Errorf("remount %s: %w", c.target, err)
+	}
+	return nil
 }

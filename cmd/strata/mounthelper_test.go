@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,10 @@ func TestParseHelper(t *testing.T) {
 		want    []string
 		fake    bool
 		verbose bool
+		remount bool
+		target  string
+		ro      bool
+		noexec  bool
 		err     string
 	}{
 		{name: "as mount.fuse3 runs it", args: []string{"strata:demo", "/m", "-o", "rw,dev,suid"},
@@ -39,6 +44,8 @@ func TestParseHelper(t *testing.T) {
 			want: []string{"mount", "demo", "/m", "--read-only"}, fake: true},
 		{name: "sloppy takes what it does not know", args: []string{"-s", "strata:demo", "/m", "-o", "sync,mand"},
 			want: []string{"mount", "demo", "/m"}},
+		{name: "remount, as mount(8) asks it", args: []string{"strata:demo", "/m", "-o", "ro,nosuid,nodev,noexec,noatime,remount,user_id=0,group_id=0,default_permissions,max_read=1048576"},
+			remount: true, target: "/m", ro: true, noexec: true},
 		{name: "unknown option", args: []string{"strata:demo", "/m", "-o", "rw,sync"}, err: `mount option "sync" is not one strata knows`},
 		{name: "atime is not kept", args: []string{"strata:demo", "/m", "-o", "strictatime"}, err: `"strictatime"`},
 		{name: "empty store", args: []string{"strata:demo", "/m", "-o", "store="}, err: "store= names no directory"},
@@ -61,6 +68,10 @@ func TestParseHelper(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatalf("parseHelper(%q): %v", tt.args, err)
+			}
+			if c.remount != tt.remount || c.target != tt.target || c.ro != tt.ro || c.noexec != tt.noexec {
+				t.Fatalf("parseHelper(%q): got remount=%v target=%q ro=%v noexec=%v, want %v %q %v %v",
+					tt.args, c.remount, c.target, c.ro, c.noexec, tt.remount, tt.target, tt.ro, tt.noexec)
 			}
 			if !reflect.DeepEqual(c.args, tt.want) || c.fake != tt.fake || c.verbose != tt.verbose {
 				t.Fatalf("parseHelper(%q): got %q fake=%v verbose=%v, want %q fake=%v verbose=%v",
@@ -200,8 +211,33 @@ func TestMountHelper(t *testing.T) {
 	if r.code != mountExitFailure || !strings.Contains(r.stderr, "already mounted") || e.isMounted(e.mnt2) {
 		t.Errorf("second mount: exit %d, stderr %q; want %d, 'already mounted', nothing at %s", r.code, r.stderr, mountExitFailure, e.mnt2)
 	}
+	// mount -o remount,rw MOUNTPOINT: the kernel's flags change, nosuid,
+	// nodev and noexec stay; the server still serves the sandbox
+	// read-only.
+	r = runNamed(t, helper, nil, "strata:demo", e.mnt, "-o", "rw,nosuid,nodev,noexec,noatime,remount,user_id=0,group_id=0,default_permissions,max_read=1048576")
+	if r.code != 0 {
+		t.Fatalf("remount rw: exit %d, stderr %q", r.code, r.stderr)
+	}
+	opts, _, _ = mountEntry(t, e.mnt)
+	if !strings.HasPrefix(opts, "rw,") || !strings.Contains(opts, "nosuid,nodev,noexec") {
+		t.Errorf("options after remount,rw: %q, want rw with nosuid, nodev and noexec", opts)
+	}
+	if err := os.WriteFile(filepath.Join(e.mnt, "new"), nil, 0o644); !errors.Is(err, unix.EROFS) {
+		t.Errorf("create after remount,rw of a sandbox served read-only: got %v, want EROFS", err)
+	}
+	r = runNamed(t, helper, nil, "strata:demo", e.dir, "-o", "remount,ro")
+	if r.code != mountExitFailure || !strings.Contains(r.stderr, "not a strata mount") {
+		t.Errorf("remount of a directory that is no mount: exit %d, stderr %q", r.code, r.stderr)
+	}
 	if err := unix.Unmount(e.mnt, 0); err != nil {
 		t.Fatalf("umount %s: %v", e.mnt, err)
+	}
+	// What the server answers right after umount(2) returned sees the
+	// mount gone, though umount does not wait for the server.
+	var st control.Status
+	e.okJSON(&st, "status")
+	if len(st.Mounts) != 0 {
+		t.Errorf("status right after umount: %+v, want no mounts", st.Mounts)
 	}
 	serverGone()
 
@@ -228,6 +264,17 @@ func TestMountHelper(t *testing.T) {
 			t.Errorf("mount options %q: want rw and exec", opts)
 		}
 		writeFile(t, filepath.Join(e.mnt, "new.txt"), "through mount.fuse3")
+		// Remounted read-only and back: the kernel refuses writes, then
+		// takes them again.
+		for _, mode := range []string{"ro", "rw"} {
+			if r := runNamed(t, helper, nil, "strata:demo", e.mnt, "-o", "remount,"+mode); r.code != 0 {
+				t.Fatalf("remount %s: exit %d, stderr %q", mode, r.code, r.stderr)
+			}
+			err := os.WriteFile(filepath.Join(e.mnt, "new.txt"), []byte("through mount.fuse3"), 0o644)
+			if mode == "ro" && !errors.Is(err, unix.EROFS) || mode == "rw" && err != nil {
+				t.Errorf("write after remount,%s: %v", mode, err)
+			}
+		}
 		if out, err := exec.Command(filepath.Join(e.mnt, "run.sh")).Output(); err != nil || string(out) != "ran\n" {
 			t.Errorf("run.sh: got %q, %v; want ran", out, err)
 		}
@@ -238,6 +285,18 @@ func TestMountHelper(t *testing.T) {
 		}
 		if err := unix.Unmount(e.mnt, 0); err != nil {
 			t.Fatalf("umount %s: %v", e.mnt, err)
+		}
+		// umount, then mount again at once, as test harnesses do: the
+		// mount waits for the server to be done with the last one.
+		for i := 0; i < 10; i++ {
+			r := runNamed(t, helper, nil, "strata:demo", e.mnt, "-o", storeOpt)
+			if r.code != 0 {
+				t.Fatalf("mount %d right after umount: exit %d, stderr %q", i, r.code, r.stderr)
+			}
+			writeFile(t, filepath.Join(e.mnt, fmt.Sprintf("cycle%d", i)), strings.Repeat("x", 1<<20))
+			if err := unix.Unmount(e.mnt, 0); err != nil {
+				t.Fatalf("umount %d: %v", i, err)
+			}
 		}
 		serverGone()
 		// Unmounting by umount(2) kept what was written, as strata

@@ -44,6 +44,7 @@ func (s *Server) listening() bool {
 }
 
 func (s *Server) status(ctx context.Context, a NameArgs) (Status, error) {
+	s.settle()
 	st := Status{Store: s.store.Dir(), Server: s.listening(), Mounts: []MountInfo{}}
 	if st.Server {
 		st.PID = s.pid
@@ -75,6 +76,7 @@ func (s *Server) withMount(info layers.SandboxInfo) Sandbox {
 }
 
 func (s *Server) sandbox(name string) (Sandbox, error) {
+	s.settle()
 	info, err := s.store.Sandbox(name)
 	if err != nil {
 		return Sandbox{}, err
@@ -103,6 +105,7 @@ func (s *Server) sandboxCreate(ctx context.Context, a CreateArgs) (Sandbox, erro
 }
 
 func (s *Server) sandboxList(ctx context.Context, _ empty) ([]Sandbox, error) {
+	s.settle()
 	infos, err := s.store.Sandboxes()
 	if err != nil {
 		return nil, err
@@ -162,6 +165,7 @@ func (s *Server) mount(ctx context.Context, a MountArgs) (MountInfo, error) {
 }
 
 func (s *Server) mountLocked(a MountArgs) (MountInfo, error) {
+	s.settle()
 	s.mu.Lock()
 	closing := s.closing
 	lm := s.mounts[a.Name]
@@ -213,6 +217,7 @@ func (s *Server) mountLocked(a MountArgs) (MountInfo, error) {
 func (s *Server) unmount(ctx context.Context, a UnmountArgs) (UnmountResult, error) {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	s.settle()
 	s.mu.Lock()
 	lm := s.mounts[a.Name]
 	if lm == nil && a.Mountpoint != "" {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -87,6 +88,10 @@ type liveMount struct {
 	info MountInfo
 	gone chan struct{} // closed once the mount is gone and its view closed
 	err  error         // of closing the view; read after gone is closed
+	// lingers: settle waited in vain for the end of this mount, gone from
+	// the mount table (a lazy umount whose files are still open); it is
+	// not waited for again.
+	lingers atomic.Bool
 }
 
 // NewServer returns a server of the open store st, with the built-in ops
@@ -490,6 +495,50 @@ func (s *Server) watch(lm *liveMount) {
 	close(lm.gone)
 	if idle {
 		s.exitIfIdle()
+	}
+}
+
+// settleWait bounds how long an answer waits for the end of a mount that
+// was unmounted behind the server's back.
+var settleWait = 2 * time.Second
+
+// settle waits for the mounts the kernel's mount table no longer lists
+// (unmounted by umount(8), not by strata unmount) to be over: flushed,
+// closed and dropped from the records. umount returns before that, so
+// without it a status, a listing or a mount of the same sandbox that comes
+// right after would still find the sandbox mounted.
+func (s *Server) settle() {
+	s.mu.Lock()
+	live := make([]*liveMount, 0, len(s.mounts))
+	for _, lm := range s.mounts {
+		live = append(live, lm)
+	}
+	s.mu.Unlock()
+	if len(live) == 0 {
+		return
+	}
+	table, err := Mounts()
+	if err != nil {
+		return // the records stand as they are
+	}
+	in := map[string]bool{}
+	for _, e := range table {
+		if e.FSType == "fuse.strata" {
+			in[e.Mountpoint] = true
+		}
+	}
+	deadline := time.NewTimer(settleWait)
+	defer deadline.Stop()
+	for _, lm := range live {
+		if in[lm.info.Mountpoint] || lm.lingers.Load() {
+			continue
+		}
+		select {
+		case <-lm.gone:
+		case <-deadline.C:
+			lm.lingers.Store(true)
+			return
+		}
 	}
 }
 
