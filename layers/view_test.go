@@ -797,6 +797,7 @@ func TestViewCorruptMetadata(t *testing.T) {
 		{"block ref", keyBlock(act, f.Ino, 0), []byte{1}, func(v *View) error { _, err := v.ReadAt(f.Ino, make([]byte, 1), 0); return err }},
 		{"block ref checksum count", keyBlock(act, f.Ino, 0), encodeBlockRef(blockRef{Slot: 0, CRCs: []uint32{1, 2}}), func(v *View) error { _, err := v.ReadAt(f.Ino, make([]byte, 1), 0); return err }},
 		{"block key", append(prefixBlocks(act, f.Ino), 1, 2, 3), encodeBlockRef(blockRef{CRCs: []uint32{1}}), func(v *View) error { _, err := v.ReadAt(f.Ino, make([]byte, 1), 0); return err }},
+		{"block ref under fallocate", keyBlock(act, f.Ino, 0), []byte{1}, func(v *View) error { return v.Allocate(f.Ino, 0, 10, true) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -1050,7 +1051,10 @@ func TestXattrSpace(t *testing.T) {
 func TestAllocateReserves(t *testing.T) {
 	const bs = MinBlockSize
 	orig := bytes.Repeat([]byte("0123456789abcdef"), 4*bs/16)
-	e := newEnv(t, bs, func(base string) { put(t, base+"/f", string(orig)) })
+	e := newEnv(t, bs, func(base string) {
+		put(t, base+"/f", string(orig))
+		put(t, base+"/g", string(orig))
+	})
 	v := e.view()
 	defer func() { v.Close() }()
 	f := lookup(t, v, RootIno, "f")
@@ -1085,6 +1089,13 @@ func TestAllocateReserves(t *testing.T) {
 		if got := v.reservedLocked(st, r.off, r.n); got != r.want {
 			t.Errorf("reservedLocked(%d, %d) = %v, want %v", r.off, r.n, got, r.want)
 		}
+	}
+	// A base file gone from under the view: its blocks cannot be copied
+	// up, and the allocate fails.
+	g := lookup(t, v, RootIno, "g")
+	ok(t, "remove g from the base", os.Remove(filepath.Join(e.base, "g")))
+	if err := v.Allocate(g.Ino, 0, bs, true); err == nil {
+		t.Errorf("allocate over a base file that is gone: no error")
 	}
 	n, err := v.WriteAt(f.Ino, []byte("written"), bs, false)
 	ok(t, "write into a reserved block", err)
