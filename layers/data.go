@@ -420,6 +420,14 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 	}
 	var pieces []piece
 	end := off + int64(len(p))
+	// The counts of what the file occupies follow the write block by
+	// block (a stat after each write of a growing file would otherwise
+	// recount the whole map).
+	var written []uint64
+	if len(p) > 0 {
+		written = blockRange(uint64(off/v.bs), uint64((end-1)/v.bs))
+	}
+	track := v.allocBeforeLocked(st, written)
 	for pos := off; pos < end; {
 		blk := uint64(pos / v.bs)
 		inBl := pos % v.bs
@@ -432,6 +440,7 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 		pieces = append(pieces, piece{int64(ref.Slot)*v.bs + inBl, p[pos-off : pos-off+l], ref, inBl, inBl + l})
 		pos += l
 	}
+	v.allocAfterLocked(st, track)
 	f := v.files[v.activeLayer()]
 	v.mu.Unlock()
 	for _, pc := range pieces {
@@ -440,6 +449,13 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 		}
 	}
 	v.mu.Lock()
+	// The pages written count now, and a growing size changes what the
+	// blocks from the old end on hold.
+	changed := written
+	if end > st.rec.Size && len(p) > 0 {
+		changed = blockRange(uint64(min(off, st.rec.Size)/v.bs), uint64((end-1)/v.bs))
+	}
+	track = v.allocBeforeLocked(st, changed)
 	for _, pc := range pieces {
 		touchPages(pc.ref, pc.lo, pc.hi)
 	}
@@ -448,6 +464,7 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 	}
 	touch(st, true)
 	v.markRec(st)
+	v.allocAfterLocked(st, track)
 	v.mu.Unlock()
 	if !v.written.Swap(true) {
 		select {
@@ -499,6 +516,19 @@ func (v *View) truncateLocked(st *inodeState, size int64) error {
 	touch(st, true)
 	v.markRec(st)
 	return nil
+}
+
+// blockRange is the blocks first to last, or nil when there are none or
+// more than maxTrackedBlocks (a change of so many is recounted instead).
+func blockRange(first, last uint64) []uint64 {
+	if last < first || last-first >= maxTrackedBlocks {
+		return nil
+	}
+	out := make([]uint64, 0, last-first+1)
+	for b := first; b <= last; b++ {
+		out = append(out, b)
+	}
+	return out
 }
 
 // reservedLocked reports whether every block of [off, off+n) of st has a

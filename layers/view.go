@@ -111,11 +111,14 @@ type inodeState struct {
 	// bblocksKnown: bblocks holds the base file's st_blocks for a file
 	// a layer records too (statAttrLocked).
 	bblocksKnown bool
-	// allocBlocks is what statAttrLocked counted of the block map, while
-	// allocKnown: any change of the map or its pages clears it.
-	allocBlocks int64
-	allocKnown  bool
-	purged      bool // its records and blocks left the active layer (purge)
+	// allocData and allocBase are what statAttrLocked counted of the
+	// block map (bytes of the layers' data pages, and of the base's pages
+	// the file still reads, before the cap by bblocks), while allocKnown:
+	// a change of the map or its pages clears it, unless the change
+	// keeps the counts itself (allocTrack).
+	allocData, allocBase int64
+	allocKnown           bool
+	purged               bool // its records and blocks left the active layer (purge)
 	// bornIn is the active layer the inode was created in: while that
 	// layer is still the active one, no layer below can hold it (inode
 	// numbers are never used twice), and removing it asks no lower layer.
@@ -497,6 +500,11 @@ func (v *View) loop() {
 	defer func() { <-spares }()
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
+	// freeing is armed while slots a removal or truncate freed wait for
+	// the durable sync that lets them be punched: df shows the space
+	// again within freeDelay, not at the next tick (xfstests generic/315
+	// compares df before and after).
+	var freeing <-chan time.Time
 	for {
 		select {
 		case <-v.stop:
@@ -510,6 +518,13 @@ func (v *View) loop() {
 			}
 			v.commitQuietly()
 			v.writeback()
+			if freeing == nil && v.hasFreed() {
+				freeing = time.After(freeDelay)
+			}
+		case <-freeing:
+			freeing = nil
+			_ = v.Sync()
+			v.punchPending()
 		case <-v.punchReq:
 			v.punchPending()
 		case <-t.C:
@@ -521,6 +536,17 @@ func (v *View) loop() {
 			v.punchPending()
 		}
 	}
+}
+
+// freeDelay is how long freed slots wait for a sync before the journal
+// loop makes one to punch them.
+const freeDelay = 200 * time.Millisecond
+
+// hasFreed reports whether slots wait to be punched.
+func (v *View) hasFreed() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.freed) > 0
 }
 
 // makeSpare creates a spare data file for the next active layer.
@@ -1276,63 +1302,16 @@ func (v *View) statAttrLocked(st *inodeState) Attr {
 		return a
 	}
 	size := st.rec.Size
-	roundPage := func(n int64) int64 { return (n + pageSize - 1) / pageSize * pageSize }
 	if size <= v.bs || v.ensureBlocks(st) != nil {
 		a.Blocks = roundPage(size) / 512
 		return a
 	}
-	if st.allocKnown {
-		a.Blocks = st.allocBlocks
-		return a
+	if !st.allocKnown {
+		st.allocData, st.allocBase = v.countAllocLocked(st)
+		st.allocKnown = true
 	}
-	// pages counts the data pages of ref that lie inside the file.
-	pages := func(blk uint64, ref *blockRef) int64 {
-		live := min(v.bs, size-int64(blk)*v.bs)
-		var n int64
-		for p := int64(0); p*pageSize < live && int(p) < len(ref.CRCs); p++ {
-			if (ref.dirty != nil && ref.dirty[p]) || ref.CRCs[p] != zeroPageCRC {
-				n++
-			}
-		}
-		return n * pageSize
-	}
-	floor := int64(-1)
-	if st.inActive && st.rec.Floor >= 0 {
-		floor = st.rec.Floor
-	}
-	// shown: a block of a frozen layer or the base is not hidden by the
-	// active layer's truncation floor.
-	shown := func(blk uint64) bool { return floor < 0 || int64(blk)*v.bs < floor }
-	var bytes int64
-	for blk, ref := range st.active {
-		bytes += pages(blk, ref)
-	}
-	for blk, fr := range st.frozen {
-		if _, ok := st.active[blk]; !ok && shown(blk) {
-			bytes += pages(blk, &fr.ref)
-		}
-	}
+	base := st.allocBase
 	if st.rec.HasOrigin && st.baseLimit > 0 {
-		end := min(st.baseLimit, size)
-		if floor >= 0 {
-			end = min(end, floor)
-		}
-		// The base's blocks below end, less those a layer replaced.
-		nb := uint64((end + v.bs - 1) / v.bs)
-		base := roundPage(min(int64(nb)*v.bs, size))
-		replaced := func(blk uint64) {
-			if blk < nb {
-				base -= roundPage(min(v.bs, size-int64(blk)*v.bs))
-			}
-		}
-		for blk := range st.active {
-			replaced(blk)
-		}
-		for blk := range st.frozen {
-			if _, ok := st.active[blk]; !ok {
-				replaced(blk)
-			}
-		}
 		// No more than the base file occupies: a sparse base file's holes
 		// stay holes.
 		if !st.bblocksKnown {
@@ -1343,11 +1322,143 @@ func (v *View) statAttrLocked(st *inodeState) Attr {
 		if st.bblocksKnown {
 			base = min(base, st.bblocks*512)
 		}
-		bytes += max(0, base)
 	}
-	a.Blocks = max(0, bytes) / 512
-	st.allocBlocks, st.allocKnown = a.Blocks, true
+	a.Blocks = max(0, st.allocData+max(0, base)) / 512
 	return a
+}
+
+func roundPage(n int64) int64 { return (n + pageSize - 1) / pageSize * pageSize }
+
+// allocShape is what the count of one block depends on besides the block
+// map: the file's size, the active layer's truncation floor, and how many
+// leading blocks the base still provides.
+type allocShape struct {
+	size, floor int64
+	nb          uint64
+}
+
+func (v *View) allocShapeLocked(st *inodeState) allocShape {
+	sh := allocShape{size: st.rec.Size, floor: -1}
+	if st.inActive && st.rec.Floor >= 0 {
+		sh.floor = st.rec.Floor
+	}
+	if st.rec.HasOrigin && st.baseLimit > 0 {
+		end := min(st.baseLimit, sh.size)
+		if sh.floor >= 0 {
+			end = min(end, sh.floor)
+		}
+		sh.nb = uint64((end + v.bs - 1) / v.bs)
+	}
+	return sh
+}
+
+// pagesIn is the bytes of ref's data pages (written since the last seal,
+// or stored with content that is not all zeros) inside a file of size
+// bytes, ref being block blk.
+func (v *View) pagesIn(blk uint64, ref *blockRef, size int64) int64 {
+	live := min(v.bs, size-int64(blk)*v.bs)
+	var n int64
+	for p := int64(0); p*pageSize < live && int(p) < len(ref.CRCs); p++ {
+		if (ref.dirty != nil && ref.dirty[p]) || ref.CRCs[p] != zeroPageCRC {
+			n++
+		}
+	}
+	return n * pageSize
+}
+
+// blockAllocLocked is what block blk adds to the counts: its data pages in
+// the layers (a frozen block hidden by the floor adds none), and the base
+// pages it still reads.
+func (v *View) blockAllocLocked(st *inodeState, blk uint64, sh allocShape) (data, base int64) {
+	ref, inActive := st.active[blk]
+	fr, inFrozen := st.frozen[blk]
+	switch {
+	case inActive:
+		data = v.pagesIn(blk, ref, sh.size)
+	case inFrozen && (sh.floor < 0 || int64(blk)*v.bs < sh.floor):
+		data = v.pagesIn(blk, &fr.ref, sh.size)
+	}
+	if blk < sh.nb && !inActive && !inFrozen {
+		base = roundPage(min(v.bs, sh.size-int64(blk)*v.bs))
+	}
+	return data, base
+}
+
+// countAllocLocked counts what the file occupies, block map and base,
+// from scratch.
+func (v *View) countAllocLocked(st *inodeState) (data, base int64) {
+	sh := v.allocShapeLocked(st)
+	for blk, ref := range st.active {
+		data += v.pagesIn(blk, ref, sh.size)
+	}
+	for blk, fr := range st.frozen {
+		if _, ok := st.active[blk]; !ok && (sh.floor < 0 || int64(blk)*v.bs < sh.floor) {
+			data += v.pagesIn(blk, &fr.ref, sh.size)
+		}
+	}
+	if sh.nb > 0 {
+		// The base's blocks below nb, less those a layer replaced.
+		base = roundPage(min(int64(sh.nb)*v.bs, sh.size))
+		replaced := func(blk uint64) {
+			if blk < sh.nb {
+				base -= roundPage(min(v.bs, sh.size-int64(blk)*v.bs))
+			}
+		}
+		for blk := range st.active {
+			replaced(blk)
+		}
+		for blk := range st.frozen {
+			if _, ok := st.active[blk]; !ok {
+				replaced(blk)
+			}
+		}
+	}
+	return data, base
+}
+
+// allocTrack keeps st's counts known across a change confined to blocks:
+// what those blocks added before the change, taken away after it and
+// replaced by what they add then. A change of more blocks than are worth
+// counting one by one leaves the counts to a recount.
+type allocTrack struct {
+	ok         bool
+	blks       []uint64
+	data, base int64
+}
+
+// maxTrackedBlocks bounds the blocks a change counts one by one.
+const maxTrackedBlocks = 256
+
+// allocBeforeLocked starts tracking a change of st confined to blks
+// (distinct; nil: not tracked, the counts are recounted).
+func (v *View) allocBeforeLocked(st *inodeState, blks []uint64) allocTrack {
+	if !st.allocKnown || blks == nil {
+		return allocTrack{}
+	}
+	t := allocTrack{ok: true, blks: blks}
+	sh := v.allocShapeLocked(st)
+	for _, b := range blks {
+		d, bs := v.blockAllocLocked(st, b, sh)
+		t.data, t.base = t.data+d, t.base+bs
+	}
+	return t
+}
+
+// allocAfterLocked ends tracking t: the counts take the change in, and
+// stay known.
+func (v *View) allocAfterLocked(st *inodeState, t allocTrack) {
+	if !t.ok {
+		return
+	}
+	sh := v.allocShapeLocked(st)
+	var data, base int64
+	for _, b := range t.blks {
+		d, bs := v.blockAllocLocked(st, b, sh)
+		data, base = data+d, base+bs
+	}
+	st.allocData += data - t.data
+	st.allocBase += base - t.base
+	st.allocKnown = true
 }
 
 func (st *inodeState) attr() Attr {
