@@ -125,3 +125,23 @@ func TestFreedSpaceReturnsSoon(t *testing.T) {
 		t.Fatalf("data file holds %d bytes 2 s after the removal, want at most %d", got, before-40*bs)
 	}
 }
+
+// Only slots a removal, truncate or punch freed ask for the quick sync;
+// those a write superseded wait for the regular one (a sync seals, and
+// sealing makes the next writes copy their blocks).
+func TestQuickSyncOnlyForRemovals(t *testing.T) {
+	const bs = 64 << 10
+	e := newEnv(t, bs, nil)
+	v := e.view()
+	defer func() { v.Close() }()
+	a := mkfile(t, v, RootIno, "f", string(bytes.Repeat([]byte("x"), 4*bs)))
+	ok(t, "sync", v.Sync())
+	v.takeRemoved()
+	_, err := v.WriteAt(a.Ino, []byte("over a sealed block"), 10, false)
+	ok(t, "write", err)
+	if v.takeRemoved() {
+		t.Errorf("a write that superseded a sealed slot asked for the quick sync")
+	}
+	// (That a removal does ask is TestFreedSpaceReturnsSoon's: here the
+	// journal loop may take the request first.)
+}

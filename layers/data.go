@@ -505,6 +505,7 @@ func (v *View) truncateLocked(st *inodeState, size int64) error {
 			if blk >= first {
 				delete(st.active, blk)
 				v.freed = append(v.freed, ref.Slot)
+				v.removed = true
 				v.markBlock(st, blk)
 			}
 		}
@@ -680,6 +681,7 @@ func (v *View) Zero(ino uint64, off, length int64, keepSize bool) error {
 		if lo == 0 && hi == v.bs {
 			if old, ok := st.active[blk]; ok {
 				v.freed = append(v.freed, old.Slot)
+				v.removed = true
 				v.punchSoon = true // the caller asked for the space back
 			}
 			pages := int(v.bs / pageSize)

@@ -454,6 +454,7 @@ func (v *View) purge(b *batch, st *inodeState) {
 	for blk, ref := range st.active {
 		b.kv = append(b.kv, kv{key: keyBlock(v.activeLayer(), st.ino, blk), del: true})
 		v.freed = append(v.freed, ref.Slot)
+		v.removed = true
 	}
 	if v.existsBelow(st) {
 		st.rec.Nlink = 0
