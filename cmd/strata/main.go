@@ -17,11 +17,14 @@ func main() {
 // runAs is run, or the mount helper when mount(8) is the caller
 // (mounthelper.go).
 func runAs(argv0 string, args []string, stdout, stderr io.Writer) int {
-	if helperInvocation(argv0, args, commandNames()) {
+	if helperInvocation(argv0, args, isCommand) {
 		return runHelper(args, stdout, stderr)
 	}
 	return run(args, stdout, stderr)
 }
+
+// isCommand reports whether name is one of strata's commands.
+func isCommand(name string) bool { return commandNames()[name] }
 
 // commandNames are the names strata's commands answer to, help included.
 func commandNames() map[string]bool {

@@ -68,11 +68,11 @@ func newMountHelperTopic() *cobra.Command {
 // file system helper rather than a strata command: argv0 named mount.*
 // (a link such as /sbin/mount.fuse.strata), or, as mount.fuse3 runs it,
 // "strata SOURCE MOUNTPOINT -o OPTIONS" with SOURCE no strata command.
-func helperInvocation(argv0 string, args []string, commands map[string]bool) bool {
+func helperInvocation(argv0 string, args []string, isCommand func(string) bool) bool {
 	if strings.HasPrefix(filepath.Base(argv0), "mount.") {
 		return true
 	}
-	if len(args) < 2 || strings.HasPrefix(args[0], "-") || commands[args[0]] {
+	if len(args) < 2 || strings.HasPrefix(args[0], "-") || isCommand(args[0]) {
 		return false
 	}
 	if strings.HasPrefix(args[0], "strata:") {

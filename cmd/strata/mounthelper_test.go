@@ -107,7 +107,7 @@ func TestHelperInvocation(t *testing.T) {
 		{"strata", []string{"strata:demo"}, false},
 	}
 	for _, tt := range tests {
-		if got := helperInvocation(tt.argv0, tt.args, cmds); got != tt.want {
+		if got := helperInvocation(tt.argv0, tt.args, func(n string) bool { return cmds[n] }); got != tt.want {
 			t.Errorf("helperInvocation(%q, %q) = %v, want %v", tt.argv0, tt.args, got, tt.want)
 		}
 	}
