@@ -424,7 +424,7 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 	// block (a stat after each write of a growing file would otherwise
 	// recount the whole map).
 	var written []uint64
-	if len(p) > 0 {
+	if len(p) > 0 && st.allocKnown {
 		written = blockRange(uint64(off/v.bs), uint64((end-1)/v.bs))
 	}
 	track := v.allocBeforeLocked(st, written)
@@ -452,7 +452,7 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 	// The pages written count now, and a growing size changes what the
 	// blocks from the old end on hold.
 	changed := written
-	if end > st.rec.Size && len(p) > 0 {
+	if end > st.rec.Size && len(p) > 0 && st.allocKnown {
 		changed = blockRange(uint64(min(off, st.rec.Size)/v.bs), uint64((end-1)/v.bs))
 	}
 	track = v.allocBeforeLocked(st, changed)
