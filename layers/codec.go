@@ -16,6 +16,7 @@ import (
 //	i/<layer>/<ino:8>                inode record as of that layer
 //	e/<layer>/<dir:8>/<name>         directory entry (ino 0 = whiteout)
 //	b/<layer>/<ino:8>/<block:8>      block map entry: slot in the layer's data file + page checksums
+//	d/<layer>                        a layer being dropped: its tables and data file go first, then this
 //	x/<sandbox>/...                  reserved for checkpoint, archive and plan tables
 //
 // Entries and blocks are keyed by inode identity, never by path: renaming a
@@ -28,10 +29,12 @@ const (
 	tInode   = 'i'
 	tEntry   = 'e'
 	tBlock   = 'b'
+	tDrop    = 'd'
 )
 
 func keySandbox(name string) []byte { return append([]byte{tSandbox, '/'}, name...) }
 func keyLayer(id string) []byte     { return append([]byte{tLayer, '/'}, id...) }
+func keyDrop(id string) []byte      { return append([]byte{tDrop, '/'}, id...) }
 
 func prefixLayerTable(t byte, layer string) []byte {
 	k := make([]byte, 0, 3+len(layer))

@@ -27,13 +27,17 @@ type Problem struct {
 
 // FsckReport is what Fsck checked and found.
 type FsckReport struct {
-	Sandboxes int       `json:"sandboxes"`
-	Layers    int       `json:"layers"`
-	Inodes    int       `json:"inodes"`
-	Entries   int       `json:"entries"`
-	Blocks    int       `json:"blocks"`
-	Paths     int       `json:"paths"`
-	Problems  []Problem `json:"problems"`
+	Sandboxes int `json:"sandboxes"`
+	Layers    int `json:"layers"`
+	Inodes    int `json:"inodes"`
+	Entries   int `json:"entries"`
+	Blocks    int `json:"blocks"`
+	Paths     int `json:"paths"`
+	// Dropping lists the layers a collection was dropping when it was
+	// interrupted (a crash): what is left of them is no problem, and the
+	// next gc removes it.
+	Dropping []string  `json:"dropping,omitempty"`
+	Problems []Problem `json:"problems"`
 }
 
 // Fsck checks the whole store: every sandbox's stack, every layer and the
@@ -117,7 +121,7 @@ func (s *Store) Fsck() (FsckReport, error) {
 					}
 					blocks = append(blocks, blockAt{layer, beUint64(body), beUint64(body[9:]), ref})
 				}
-				if _, ok := layerKnown(txn, layer); !ok {
+				if _, ok := layerKnown(txn, layer); !ok && !dropping(txn, layer) {
 					add(Problem{Kind: "orphan", Layer: layer, Detail: fmt.Sprintf("key %q of a layer that does not exist", k)})
 				}
 			}
@@ -228,9 +232,23 @@ func (s *Store) Fsck() (FsckReport, error) {
 		}
 	}
 	// Data files that belong to no layer.
+	drops := map[string]bool{}
+	err = s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tDrop, '/'}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			id := string(it.Item().Key()[2:])
+			drops[id] = true
+			rep.Dropping = append(rep.Dropping, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return rep, fmt.Errorf("fsck: %w", err)
+	}
 	if ents, err := os.ReadDir(s.dataDir()); err == nil {
 		for _, e := range ents {
-			if _, ok := layers[e.Name()]; !ok {
+			if _, ok := layers[e.Name()]; !ok && !drops[e.Name()] {
 				add(Problem{Kind: "orphan", Layer: e.Name(), Detail: "data file of a layer that does not exist (gc removes it)"})
 			}
 		}
@@ -314,6 +332,12 @@ func (s *Store) record(key []byte) (val []byte, found bool, err error) {
 }
 
 func (s *Store) dataDir() string { return path.Dir(s.dataPath("x")) }
+
+// dropping says whether a collection marked the layer as being dropped.
+func dropping(txn *badger.Txn, id string) bool {
+	_, err := txn.Get(keyDrop(id))
+	return err == nil
+}
 
 func layerKnown(txn *badger.Txn, id string) (LayerInfo, bool) {
 	var l LayerInfo

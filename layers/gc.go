@@ -49,16 +49,27 @@ type GCResult struct {
 }
 
 // CollectGarbage removes every layer that no sandbox stack and no pinned
-// stack contains, and data files that belong to no layer. The records go
-// in one transaction first, the data after it, so a crash in between leaves
-// only unreferenced files, which the next collection removes.
+// stack contains, and data files that belong to no layer. The layer
+// records go in one transaction, which also marks each layer as being
+// dropped; its tables (in batches, which a crash can interrupt) and its
+// data file go after it, and the mark last. So a crash in between leaves
+// marked layers, whose drop the next collection finishes, and fsck knows
+// their keys for what they are, not for orphans.
 func (s *Store) CollectGarbage() (GCResult, error) {
 	var res GCResult
 	var doomed []string
 	err := s.update(func(txn *badger.Txn) error {
+		doomed = doomed[:0] // update runs this again after a conflict
+		// Drops a crash interrupted come first.
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tDrop, '/'}})
+		for it.Rewind(); it.Valid(); it.Next() {
+			doomed = append(doomed, string(it.Item().Key()[2:]))
+		}
+		it.Close()
+		pending := len(doomed)
 		live := map[string]bool{}
 		var roots []string
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
+		it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
 		for it.Rewind(); it.Valid(); it.Next() {
 			var info SandboxInfo
 			if err := it.Item().Value(func(b []byte) error { return jsonUnmarshal(b, &info) }); err != nil {
@@ -93,8 +104,11 @@ func (s *Store) CollectGarbage() (GCResult, error) {
 			}
 		}
 		it.Close()
-		for _, id := range doomed {
+		for _, id := range doomed[pending:] {
 			if err := txn.Delete(keyLayer(id)); err != nil {
+				return err
+			}
+			if err := txn.Set(keyDrop(id), nil); err != nil {
 				return err
 			}
 		}

@@ -510,19 +510,40 @@ func (s *Store) RemoveSandbox(name string) error {
 	return err
 }
 
-// dropLayerData deletes every key of a layer's tables and its data file.
+// dropStepHook, when set by a test, is called before each step of a
+// layer's drop (the table's type byte, 0 for the data file, 'd' for the
+// mark); an error it returns stops the drop there, as a crash would.
+var dropStepHook func(id string, step byte) error
+
+// dropLayerData deletes every key of a layer's tables and its data file,
+// then the layer's drop mark (CollectGarbage), if it has one.
 func (s *Store) dropLayerData(id string) error {
 	s.deltas.forget(id)
 	s.keySets.forget(id)
+	step := func(b byte) error {
+		if dropStepHook != nil {
+			return dropStepHook(id, b)
+		}
+		return nil
+	}
 	for _, t := range []byte{tInode, tEntry, tBlock} {
+		if err := step(t); err != nil {
+			return err
+		}
 		if err := s.deletePrefix(prefixLayerTable(t, id)); err != nil {
 			return err
 		}
 	}
+	if err := step(0); err != nil {
+		return err
+	}
 	if err := os.Remove(s.dataPath(id)); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	return nil
+	if err := step(tDrop); err != nil {
+		return err
+	}
+	return s.update(func(txn *badger.Txn) error { return txn.Delete(keyDrop(id)) })
 }
 
 // deleteBatch is how many keys deletePrefix deletes in one batch.

@@ -41,6 +41,9 @@ func runFsck(g *globals) error {
 	} else {
 		fmt.Fprintf(g.stdout, "checked %d sandboxes: %d layers, %d inodes, %d entries, %d blocks, %d paths\n",
 			r.Sandboxes, r.Layers, r.Inodes, r.Entries, r.Blocks, r.Paths)
+		if n := len(r.Dropping); n > 0 {
+			fmt.Fprintf(g.stdout, "%d layers were being dropped when a gc was interrupted; `strata gc` finishes them\n", n)
+		}
 		if len(r.Problems) == 0 {
 			fmt.Fprintln(g.stdout, "no problems found")
 		}
