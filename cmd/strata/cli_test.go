@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -372,4 +373,55 @@ func TestConcurrentMountsShareOneServer(t *testing.T) {
 	for _, n := range names {
 		e.ok("unmount", n)
 	}
+}
+
+// TestStoppedServer: while the store's server is stopped (SIGSTOP, or
+// stuck), commands fail after the ping timeout with one line naming its
+// pid and a hint, instead of waiting for ever; once it runs again they
+// work, and the mount is intact.
+func TestStoppedServer(t *testing.T) {
+	e := newEnv(t)
+	e.ok("sandbox", "create", "s", "--base", e.base)
+	e.ok("mount", "s", e.mnt)
+	var st control.Status
+	e.okJSON(&st, "status")
+	if st.PID <= 0 {
+		t.Fatalf("status: no server pid: %+v", st)
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := syscall.Kill(st.PID, syscall.SIGCONT); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer resume()
+	start := time.Now()
+	r := e.run("status")
+	took := time.Since(start)
+	if r.code != 1 {
+		t.Fatalf("status of a stopped server: exit %d, want 1; stderr %q", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+	want := fmt.Sprintf("server does not answer: the server (pid %d) did not answer within", st.PID)
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "strata: ") || !strings.Contains(lines[0], want) || !strings.HasPrefix(lines[1], "hint: ") {
+		t.Fatalf("stderr: got %q, want 'strata: ...%s...' and a hint", r.stderr, want)
+	}
+	if took > control.PingTimeout+10*time.Second {
+		t.Fatalf("status took %v", took)
+	}
+	resume()
+	e.okJSON(&st, "status")
+	if len(st.Mounts) != 1 || st.Mounts[0].Sandbox != "s" {
+		t.Fatalf("status after SIGCONT: %+v", st)
+	}
+	if got := readFile(t, filepath.Join(e.mnt, "a.txt")); got != "hello" {
+		t.Fatalf("a.txt through the mount: %q", got)
+	}
+	e.ok("unmount", "s")
 }

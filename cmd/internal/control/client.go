@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Client talks to the server of one store over its socket. It is safe for
@@ -36,14 +39,54 @@ func Dial(storeDir string) (*Client, error) {
 		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
 	cl := &Client{conn: c, r: bufio.NewReaderSize(c, 64<<10)}
-	if err := cl.Call(OpPing, nil, &cl.ping); err != nil {
+	// A server that is stopped or stuck still has its socket listening,
+	// and the kernel completes the connection for it: without a deadline
+	// every command would wait for it forever.
+	if err := c.SetDeadline(time.Now().Add(PingTimeout)); err != nil {
 		c.Close()
-		if errors.Is(err, ErrShuttingDown) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	err = cl.Call(OpPing, nil, &cl.ping)
+	if err == nil {
+		err = c.SetDeadline(time.Time{})
+	}
+	if err != nil {
+		pid := peerPID(c)
+		c.Close()
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, fmt.Errorf("%s: %w: the server (pid %d) did not answer within %v", path, ErrNotAnswering, pid, PingTimeout)
+		case errors.Is(err, ErrShuttingDown) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
 			return nil, fmt.Errorf("%s: %w", path, ErrNoServer)
 		}
 		return nil, err
 	}
 	return cl, nil
+}
+
+// PingTimeout bounds how long Dial waits for the server's first answer. A
+// live server answers a ping from the connection's own goroutine, whatever
+// else it is doing, in well under a second.
+var PingTimeout = 5 * time.Second
+
+// peerPID is the process at the other end of a unix socket (the one that
+// listens), or 0 when the kernel does not say.
+func peerPID(c net.Conn) int {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return 0
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	pid := 0
+	_ = rc.Control(func(fd uintptr) {
+		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			pid = int(cred.Pid)
+		}
+	})
+	return pid
 }
 
 // PID is the server's process id.

@@ -3,9 +3,11 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,6 +160,52 @@ func TestDialWithoutServer(t *testing.T) {
 		t.Fatalf("Dial after Listen: %v", err)
 	}
 	c.Close()
+}
+
+// TestDialServerNotAnswering: a process that listens on the store's
+// socket but never answers (a stopped or stuck server) makes Dial fail
+// with ErrNotAnswering, naming the process, once PingTimeout is up.
+func TestDialServerNotAnswering(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "run"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: SocketPath(dir), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(held)
+				return
+			}
+			held <- c // read nothing, answer nothing
+		}
+	}()
+	defer func() {
+		ln.Close()
+		for c := range held {
+			c.Close()
+		}
+	}()
+	old := PingTimeout
+	PingTimeout = 200 * time.Millisecond
+	defer func() { PingTimeout = old }()
+	start := time.Now()
+	_, err = Dial(dir)
+	if !errors.Is(err, ErrNotAnswering) {
+		t.Fatalf("Dial of a silent listener: got %v, want ErrNotAnswering", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("Dial took %v with a ping timeout of %v", took, PingTimeout)
+	}
+	if want := fmt.Sprintf("(pid %d)", os.Getpid()); !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q does not name the listening process %s", err, want)
+	}
 }
 
 func TestExitWhenIdleWaitsForClients(t *testing.T) {

@@ -27,6 +27,9 @@ var (
 	ErrShuttingDown = errors.New("server is shutting down")
 	// ErrUnknownOp: the server has no handler for the requested op.
 	ErrUnknownOp = errors.New("unknown op")
+	// ErrNotAnswering: a process holds the store's socket but does not
+	// answer (stopped, or stuck in the kernel).
+	ErrNotAnswering = errors.New("server does not answer")
 )
 
 // codes maps the wire's error codes to sentinels, most specific first. A
