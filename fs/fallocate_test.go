@@ -115,3 +115,85 @@ func TestFallocateReserves(t *testing.T) {
 		t.Fatalf("base file after the write: %d bytes, %v", len(got), err)
 	}
 }
+
+// TestFallocateBlocksCount follows LTP's fallocate04 through the mount:
+// st_blocks after an fsync drops by a block for a punched hole and comes
+// back for a ZERO_RANGE over it (which keeps the range allocated, as
+// ext4 does), and the content is as zeroed, live and after a remount.
+func TestFallocateBlocksCount(t *testing.T) {
+	sb := newSandbox(t, nil)
+	f, err := os.OpenFile(sb.path("f"), os.O_RDWR|os.O_CREATE, 0o700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	bs := int64(st.Blksize)
+	allocated := func() int64 {
+		t.Helper()
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Blocks * 512
+	}
+	want := make([]byte, 3*bs)
+	for i := range want {
+		want[i] = byte('a' + int64(i)/bs)
+	}
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, 3*bs); err != nil {
+		t.Fatalf("fallocate: %v", err)
+	}
+	if _, err := f.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	a0 := allocated()
+	if a0 != 3*bs {
+		t.Fatalf("after fallocate and write of 3 blocks: %d bytes allocated, want %d", a0, 3*bs)
+	}
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, bs, bs); err != nil {
+		t.Fatalf("punch: %v", err)
+	}
+	clear(want[bs : 2*bs])
+	if hole, err := unix.Seek(int(f.Fd()), 0, unix.SEEK_HOLE); err != nil || hole != bs {
+		t.Fatalf("SEEK_HOLE after the punch: %d, %v; want %d", hole, err, bs)
+	}
+	if a1 := allocated(); a1 != a0-bs {
+		t.Fatalf("after the punch: %d bytes allocated, want %d", a1, a0-bs)
+	}
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_ZERO_RANGE, bs-1, bs+2); err != nil {
+		t.Fatalf("zero range: %v", err)
+	}
+	clear(want[bs-1 : 2*bs+1])
+	if a2 := allocated(); a2 != a0 {
+		t.Fatalf("after ZERO_RANGE over the hole: %d bytes allocated, want %d", a2, a0)
+	}
+	// A write into the allocated, sealed block moves it; it stays allocated.
+	if _, err := f.WriteAt([]byte("x"), bs+10); err != nil {
+		t.Fatal(err)
+	}
+	want[bs+10] = 'x'
+	if a3 := allocated(); a3 != a0 {
+		t.Fatalf("after a write into the zeroed block: %d bytes allocated, want %d", a3, a0)
+	}
+	f.Close()
+	for _, when := range []string{"live", "after remount"} {
+		if when != "live" {
+			sb.remount()
+		}
+		got, err := os.ReadFile(sb.path("f"))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: content differs (%d bytes, %v)", when, len(got), err)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(sb.path("f"), &st); err != nil || st.Blocks*512 != a0 {
+			t.Fatalf("%s: %d bytes allocated, %v; want %d", when, st.Blocks*512, err, a0)
+		}
+	}
+}

@@ -196,7 +196,7 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 	case unix.FALLOC_FL_PUNCH_HOLE: // only with KEEP_SIZE, as Linux
 		return toErrno(v.Zero(ino, int64(off), int64(size), true))
 	case unix.FALLOC_FL_ZERO_RANGE:
-		return toErrno(v.Zero(ino, int64(off), int64(size), keep))
+		return toErrno(v.ZeroRange(ino, int64(off), int64(size), keep))
 	}
 	return syscall.EOPNOTSUPP
 }

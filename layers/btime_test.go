@@ -25,10 +25,11 @@ func TestBirthTime(t *testing.T) {
 	if old.Btime != baseBirth {
 		t.Errorf("base file: birth time %d, want the base's %d", old.Btime, baseBirth)
 	}
-	before := time.Now().UnixNano()
+	// The coarse clock, which files are stamped with (as on ext4).
+	before := coarseNow()
 	nf, err := v.Mknod(RootIno, "new.txt", syscall.S_IFREG|0o644, 0, Caller{})
 	ok(t, "mknod", err)
-	after := time.Now().UnixNano()
+	after := coarseNow()
 	if nf.Btime < before || nf.Btime > after {
 		t.Errorf("new file: birth time %d, not within [%d, %d]", nf.Btime, before, after)
 	}
@@ -49,5 +50,68 @@ func TestBirthTime(t *testing.T) {
 		if got := lookup(t, v, RootIno, c.name).Btime; got != c.want {
 			t.Errorf("%s after changes and a restart: birth time %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// TestStampsFollowTheCoarseClock: changes are stamped with the coarse
+// clock, so a program reading CLOCK_REALTIME_COARSE before and after a
+// change (LTP's statx06) finds the change's times between the two; a
+// second change within the same tick still moves ctime and mtime on.
+func TestStampsFollowTheCoarseClock(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	defer v.Close()
+	within := func(what string, got, lo, hi int64) {
+		t.Helper()
+		if got < lo || got > hi {
+			t.Errorf("%s: %d, not within the coarse clock's [%d, %d]", what, got, lo, hi)
+		}
+	}
+	// No time passes between a change and the reading after it: a stamp
+	// from the fine clock would be ahead of the coarse clock then.
+	before := coarseNow()
+	f := mkfile(t, v, RootIno, "f", "")
+	after := coarseNow()
+	within("birth time", f.Btime, before, after)
+	within("mtime of the new file", f.Mtime, before, after)
+	root, err := v.GetAttr(RootIno)
+	ok(t, "getattr /", err)
+	within("mtime of its directory", root.Mtime, before, after)
+
+	// A change in a later tick than the last one is stamped by the coarse
+	// clock again.
+	for coarseNow() <= f.Ctime {
+		time.Sleep(time.Millisecond)
+	}
+	before = coarseNow()
+	attr := func() Attr {
+		t.Helper()
+		a, err := v.GetAttr(f.Ino)
+		ok(t, "getattr", err)
+		return a
+	}
+	_, err = v.WriteAt(f.Ino, []byte("y"), 0, false)
+	ok(t, "write", err)
+	a := attr()
+	after = coarseNow()
+	within("mtime after a write", a.Mtime, before, after)
+	within("ctime after a write", a.Ctime, before, after)
+
+	// Changes in quick succession: each moves the times on.
+	prev := a
+	for i := 0; i < 20; i++ {
+		_, err := v.WriteAt(f.Ino, []byte{byte(i)}, 0, false)
+		ok(t, "write", err)
+		got := attr()
+		if got.Ctime <= prev.Ctime || got.Mtime <= prev.Mtime {
+			t.Fatalf("write %d: ctime %d mtime %d, not after %d and %d", i, got.Ctime, got.Mtime, prev.Ctime, prev.Mtime)
+		}
+		prev = got
+	}
+	mode := uint32(0o600)
+	got, err := v.SetAttr(f.Ino, SetAttrIn{Mode: &mode})
+	ok(t, "chmod", err)
+	if got.Ctime <= prev.Ctime {
+		t.Fatalf("chmod right after writes: ctime %d, not after %d", got.Ctime, prev.Ctime)
 	}
 }

@@ -354,7 +354,15 @@ type blockRef struct {
 	// whose checksum is stale. Neither is stored.
 	open  bool
 	dirty []bool
+	// alloc: a fallocate allocated the block's slot whole on disk, so the
+	// block counts in st_blocks whole, as an allocated extent counts on a
+	// local file system, zeros or not. Stored (a flag byte after the
+	// checksums), and a copy of the block is allocated whole too.
+	alloc bool
 }
+
+// blockRefAlloc is the flag byte of a stored blockRef with alloc set.
+const blockRefAlloc = 1
 
 func (r blockRef) sealed() bool { return !r.open }
 
@@ -365,6 +373,9 @@ func encodeBlockRef(r blockRef) []byte {
 	for _, c := range r.CRCs {
 		b = binary.LittleEndian.AppendUint32(b, c)
 	}
+	if r.alloc {
+		b = append(b, blockRefAlloc)
+	}
 	return b
 }
 
@@ -374,6 +385,10 @@ func decodeBlockRef(b []byte) (blockRef, error) {
 	n := d.uvarint()
 	if d.err != nil {
 		return r, d.err
+	}
+	if n > 0 && uint64(len(d.b)) == 4*n+1 && d.b[4*n] == blockRefAlloc {
+		r.alloc = true
+		d.b = d.b[:4*n]
 	}
 	if n == 0 || uint64(len(d.b)) != 4*n {
 		return r, fmt.Errorf("block ref: %d checksums in %d bytes: %w", n, len(d.b), ErrCorrupt)

@@ -119,7 +119,7 @@ func TestEntryRoundTrip(t *testing.T) {
 }
 
 func TestBlockRefRoundTrip(t *testing.T) {
-	for _, r := range []blockRef{{Slot: 0, CRCs: []uint32{0}}, {Slot: 1 << 40, CRCs: []uint32{1, 2, 3, 0xffffffff}}} {
+	for _, r := range []blockRef{{Slot: 0, CRCs: []uint32{0}}, {Slot: 1 << 40, CRCs: []uint32{1, 2, 3, 0xffffffff}}, {Slot: 5, CRCs: []uint32{9, 9}, alloc: true}} {
 		got, err := decodeBlockRef(encodeBlockRef(r))
 		if err != nil || !reflect.DeepEqual(got, r) || !got.sealed() {
 			t.Fatalf("ref %+v: got %+v, %v", r, got, err)
@@ -129,7 +129,8 @@ func TestBlockRefRoundTrip(t *testing.T) {
 		t.Fatalf("an open ref reports sealed")
 	}
 	good := encodeBlockRef(blockRef{Slot: 3, CRCs: []uint32{7, 8}})
-	for _, b := range [][]byte{nil, {0x80}, {1}, {1, 0}, good[:len(good)-1], append(append([]byte(nil), good...), 0)} {
+	// A flag byte other than alloc's, or two, is damage too.
+	for _, b := range [][]byte{nil, {0x80}, {1}, {1, 0}, good[:len(good)-1], append(append([]byte(nil), good...), 0), append(append([]byte(nil), good...), 2), append(append([]byte(nil), good...), 1, 1)} {
 		_, err := decodeBlockRef(b)
 		wantErr(t, "decodeBlockRef", err, ErrCorrupt)
 	}

@@ -324,9 +324,28 @@ func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi int64) (*bl
 			nref.CRCs[i] = zeroPageCRC
 		}
 	}
+	if v.allocatedBelowLocked(st, blk, ref, ok) {
+		// A copy of an allocated block stays allocated, as far as the
+		// disk lets it: st_blocks does not shrink because a write moved it.
+		nref.alloc = unix.Fallocate(int(f.Fd()), 0, int64(nref.Slot)*v.bs, v.bs) == nil
+	}
 	st.active[blk] = nref
 	v.markBlock(st, blk)
 	return nref, nil
+}
+
+// allocatedBelowLocked reports whether the block a copy-up of blk starts
+// from was allocated whole: the active layer's sealed ref (active, when
+// inActive), else a frozen layer's that the truncation floor does not hide.
+func (v *View) allocatedBelowLocked(st *inodeState, blk uint64, active *blockRef, inActive bool) bool {
+	if inActive {
+		return active.alloc
+	}
+	fr, ok := st.frozen[blk]
+	if !ok || st.inActive && st.rec.Floor >= 0 && int64(blk)*v.bs >= st.rec.Floor {
+		return false
+	}
+	return fr.ref.alloc
 }
 
 var zeroPageCRC = crc32.Checksum(make([]byte, pageSize), castagnoli)
@@ -632,6 +651,7 @@ func (v *View) Allocate(ino uint64, off, length int64, keepSize bool) error {
 		if err != nil {
 			return err
 		}
+		ref.alloc = true
 		at := int64(ref.Slot) * v.bs
 		if at != runEnd {
 			if err := flush(); err != nil {
@@ -644,11 +664,31 @@ func (v *View) Allocate(ino uint64, off, length int64, keepSize bool) error {
 	return flush()
 }
 
-// Zero makes [off, off+length) of file ino read as zeros (fallocate's
-// PUNCH_HOLE and ZERO_RANGE). Whole blocks become fresh slots that are holes
-// in the data file, so they cost no space; partial blocks are written.
-// Without keepSize the file grows to cover the range.
+// Zero makes [off, off+length) of file ino read as zeros and gives the
+// space back (fallocate's PUNCH_HOLE). Whole blocks become fresh slots
+// that are holes in the data file, so they cost no space; partial blocks
+// are written. Without keepSize the file grows to cover the range.
 func (v *View) Zero(ino uint64, off, length int64, keepSize bool) error {
+	return v.zero(ino, off, length, keepSize, false)
+}
+
+// ZeroRange makes [off, off+length) of file ino read as zeros and keeps
+// its space allocated (fallocate's ZERO_RANGE): a later write there cannot
+// fail for want of space, as Allocate promises. A request the disk cannot
+// hold fails with ErrNoSpace and changes nothing.
+func (v *View) ZeroRange(ino uint64, off, length int64, keepSize bool) error {
+	if off < 0 || length <= 0 || off+length > MaxFileSize {
+		return ErrInvalid
+	}
+	if err := v.Allocate(ino, off, length, keepSize); err != nil {
+		return err
+	}
+	return v.zero(ino, off, length, true, true)
+}
+
+// zero is Zero, or with alloc the zeroing of ZeroRange: whole blocks keep
+// (or get) a slot of their own, allocated on disk and zeroed in place.
+func (v *View) zero(ino uint64, off, length int64, keepSize, alloc bool) error {
 	if off < 0 || length <= 0 || off+length > MaxFileSize {
 		return ErrInvalid
 	}
@@ -678,7 +718,22 @@ func (v *View) Zero(ino uint64, off, length int64, keepSize bool) error {
 		blk := uint64(pos / v.bs)
 		start := int64(blk) * v.bs
 		lo, hi := pos-start, min(zend-start, v.bs)
-		if lo == 0 && hi == v.bs {
+		switch {
+		case lo == 0 && hi == v.bs && alloc:
+			ref, err := v.writableSlotLocked(st, blk, 0, v.bs)
+			if err != nil {
+				return err
+			}
+			if err := zeroSlot(f, int64(ref.Slot)*v.bs, v.bs); err != nil {
+				return err
+			}
+			for i := range ref.CRCs {
+				ref.CRCs[i], ref.dirty[i] = zeroPageCRC, false
+			}
+			ref.alloc = true
+			v.markBlock(st, blk)
+			fresh = true // a seal since Allocate may have moved it to a new slot
+		case lo == 0 && hi == v.bs:
 			if old, ok := st.active[blk]; ok {
 				v.freed = append(v.freed, old.Slot)
 				v.removed = true
@@ -693,7 +748,7 @@ func (v *View) Zero(ino uint64, off, length int64, keepSize bool) error {
 			st.active[blk] = ref
 			v.markBlock(st, blk)
 			fresh = true
-		} else {
+		default:
 			ref, err := v.writableSlotLocked(st, blk, lo, hi)
 			if err != nil {
 				return err
@@ -716,6 +771,18 @@ func (v *View) Zero(ino uint64, off, length int64, keepSize bool) error {
 	touch(st, true)
 	v.markRec(st)
 	return nil
+}
+
+// zeroSlot zeroes n bytes of data file f at off and keeps them allocated:
+// one fallocate where the file system has ZERO_RANGE, else a write.
+func zeroSlot(f *os.File, off, n int64) error {
+	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		buf := getBlockBuf(n)
+		defer putBlockBuf(buf)
+		_, err = f.WriteAt(buf, off)
+	}
+	return mapOSErr(err)
 }
 
 // reserveSlotsLocked grows data file f to cover every slot handed out.

@@ -19,6 +19,7 @@ func FuzzCodec(f *testing.F) {
 	}
 	f.Add(encodeEntry(entry{Ino: 42, Type: 0o100000}))
 	f.Add(encodeBlockRef(blockRef{Slot: 9, CRCs: []uint32{1, 2}}))
+	f.Add(encodeBlockRef(blockRef{Slot: 9, CRCs: []uint32{1, 2}, alloc: true}))
 	f.Add([]byte{})
 	f.Add([]byte{inodeVersion, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -12,12 +12,38 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
 )
 
 // MaxNameLen is the longest name a directory entry may have.
 const MaxNameLen = 255
 
-func now() int64 { return time.Now().UnixNano() }
+// coarseNow is the kernel's coarse real-time clock, the one local file
+// systems stamp files with (current_time): a program that reads
+// CLOCK_REALTIME_COARSE after a change sees a time no earlier than the
+// change's, as on ext4 (LTP's statx06 checks so).
+func coarseNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_REALTIME_COARSE, &ts); err != nil {
+		return time.Now().UnixNano()
+	}
+	return ts.Nano()
+}
+
+// stamp is the time to record for a change of an inode whose ctime was
+// prev: the coarse clock, unless that would not move the ctime on (a
+// second change within one tick of the clock), when the fine clock is
+// used, as Linux's multigrain timestamps do, so that every change shows
+// (make and rsync compare times).
+func stamp(prev int64) int64 {
+	if t := coarseNow(); t > prev {
+		return t
+	}
+	if t := time.Now().UnixNano(); t > prev {
+		return t
+	}
+	return prev + 1
+}
 
 func checkName(name string) error {
 	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') || strings.ContainsRune(name, 0) {
@@ -61,7 +87,7 @@ func (b *batch) done() { b.v.queue(b.kv) }
 
 // touch marks st changed now (ctime, and mtime when content changed).
 func touch(st *inodeState, content bool) {
-	t := now()
+	t := stamp(st.rec.Ctime)
 	st.rec.Ctime = t
 	if content {
 		st.rec.Mtime = t
@@ -200,7 +226,7 @@ func (v *View) newInode(dst *inodeState, mode uint32, rdev uint64, c Caller) (*i
 	if err != nil {
 		return nil, err
 	}
-	t := now()
+	t := coarseNow()
 	rec := &Inode{Mode: mode, UID: c.UID, GID: c.GID, Nlink: 1, Rdev: rdev, Atime: t, Mtime: t, Ctime: t, Btime: t, Floor: -1}
 	if xs != nil {
 		rec.Xattrs, rec.XattrsSet, rec.xattrNames = xs, true, sortedNames(xs)
@@ -860,7 +886,7 @@ func (v *View) SetAttr(ino uint64, in SetAttrIn) (Attr, error) {
 	if in.Mtime != nil {
 		st.rec.Mtime = *in.Mtime
 	}
-	st.rec.Ctime = now()
+	st.rec.Ctime = stamp(st.rec.Ctime)
 	b := &batch{v: v}
 	b.putRec(st)
 	b.done()
@@ -903,7 +929,7 @@ func (v *View) KillSuidgid(ino uint64, inGroup func(gid uint32) bool) error {
 	}
 	v.copyUp(st)
 	st.rec.Mode = mode
-	st.rec.Ctime = now()
+	st.rec.Ctime = stamp(st.rec.Ctime)
 	b := &batch{v: v}
 	b.putRec(st)
 	b.done()

@@ -1366,6 +1366,9 @@ func (v *View) allocShapeLocked(st *inodeState) allocShape {
 // bytes, ref being block blk.
 func (v *View) pagesIn(blk uint64, ref *blockRef, size int64) int64 {
 	live := min(v.bs, size-int64(blk)*v.bs)
+	if ref.alloc {
+		return roundPage(max(0, live))
+	}
 	var n int64
 	for p := int64(0); p*pageSize < live && int(p) < len(ref.CRCs); p++ {
 		if (ref.dirty != nil && ref.dirty[p]) || ref.CRCs[p] != zeroPageCRC {
