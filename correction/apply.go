@@ -575,7 +575,9 @@ func (h *host) mkdir(rel string) error {
 // newer reports whether st was modified after t. Only the modification
 // time counts: a rename (ours, when a failed apply is undone) changes a
 // file's ctime, not its content.
-func newer(st unix.Stat_t, t time.Time) bool { return st.Mtim.Nano() > t.UnixNano() }
+func newer(st unix.Stat_t, t time.Time) bool {
+	return layers.NanoOf(st.Mtim.Sec, st.Mtim.Nsec) > layers.NanoOf(t.Unix(), int64(t.Nanosecond()))
+}
 
 // conflicts checks the base paths the plan touches against the sandbox's
 // creation time.

@@ -218,11 +218,11 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		set.Size = &sz
 	}
 	if t, ok := in.GetATime(); ok {
-		ns := t.UnixNano()
+		ns := layers.NanoOf(t.Unix(), int64(t.Nanosecond()))
 		set.Atime = &ns
 	}
 	if t, ok := in.GetMTime(); ok {
-		ns := t.UnixNano()
+		ns := layers.NanoOf(t.Unix(), int64(t.Nanosecond()))
 		set.Mtime = &ns
 	}
 	// A truncate by a caller without CAP_FSETID, or a chown (killpriv.go).

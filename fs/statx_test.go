@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -78,4 +79,52 @@ func coarseClock(t *testing.T) time.Time {
 		t.Fatal(err)
 	}
 	return time.Unix(ts.Sec, ts.Nsec)
+}
+
+// TestTimesOutOfRangeClamp: times past 2262 or before 1677, set through
+// the mount or found on a base file, read back as the nearest time the
+// sandbox holds, as a local file system clamps to its range (xfstests
+// generic/402); they used to wrap around (2300 read back as 1715).
+func TestTimesOutOfRangeClamp(t *testing.T) {
+	y2300 := time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)
+	sb := newSandbox(t, func(base string) {
+		writeFile(t, filepath.Join(base, "future"), "x")
+		// Not os.Chtimes: it goes through time.UnixNano, which wraps.
+		ts := []unix.Timespec{{Sec: y2300.Unix()}, {Sec: y2300.Unix()}}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, filepath.Join(base, "future"), ts, 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	maxT := time.Unix(0, math.MaxInt64)
+	minT := time.Unix(0, math.MinInt64)
+	writeFile(t, sb.path("late"), "x")
+	writeFile(t, sb.path("early"), "x")
+	set := func(name string, sec int64) {
+		t.Helper()
+		ts := []unix.Timespec{{Sec: sec}, {Sec: sec}}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, sb.path(name), ts, 0); err != nil {
+			t.Fatalf("utimensat %s to %d: %v", name, sec, err)
+		}
+	}
+	set("late", y2300.Unix())
+	set("early", time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC).Unix())
+	for _, when := range []string{"live", "after remount"} {
+		if when != "live" {
+			sb.remount()
+		}
+		for _, c := range []struct {
+			name string
+			want time.Time
+		}{{"late", maxT}, {"early", minT}, {"future", maxT}} {
+			var st unix.Stat_t
+			if err := unix.Stat(sb.path(c.name), &st); err != nil {
+				t.Fatal(err)
+			}
+			for what, ts := range map[string]unix.Timespec{"atime": st.Atim, "mtime": st.Mtim} {
+				if got := time.Unix(ts.Sec, ts.Nsec); !got.Equal(c.want) {
+					t.Errorf("%s: %s %s = %v, want %v", when, c.name, what, got.UTC(), c.want.UTC())
+				}
+			}
+		}
+	}
 }

@@ -98,7 +98,7 @@ func (b *baseDir) lstatx(rel string) (unix.Stat_t, int64, error) {
 	return statOfStatx(&sx), btime, nil
 }
 
-func sxNano(t unix.StatxTimestamp) int64 { return t.Sec*1e9 + int64(t.Nsec) }
+func sxNano(t unix.StatxTimestamp) int64 { return NanoOf(t.Sec, int64(t.Nsec)) }
 
 // statOfStatx is the stat(2) form of sx's basic fields.
 func statOfStatx(sx *unix.Statx_t) unix.Stat_t {

@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"math"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -113,5 +114,34 @@ func TestStampsFollowTheCoarseClock(t *testing.T) {
 	ok(t, "chmod", err)
 	if got.Ctime <= prev.Ctime {
 		t.Fatalf("chmod right after writes: ctime %d, not after %d", got.Ctime, prev.Ctime)
+	}
+}
+
+// TestNanoOfClamps: times outside what int64 nanoseconds hold are clamped
+// to the nearest end, never wrapped around (touch -d 2300 read back as
+// 1715 before); times inside are exact.
+func TestNanoOfClamps(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		sec, nsec int64
+		want      int64
+	}{
+		{"epoch", 0, 0, 0},
+		{"before 1970", -1, 500_000_000, -500_000_000},
+		{"a negative fraction", 1, -1, 999_999_999},
+		{"a fraction of a second over", 1, 1_500_000_000, 2_500_000_000},
+		{"the last one", MaxTimeSec, 854_775_807, math.MaxInt64},
+		{"a nanosecond after it", MaxTimeSec, 854_775_808, math.MaxInt64},
+		{"2300", 10413792000, 0, math.MaxInt64},
+		{"the end of int64 seconds", math.MaxInt64, 999_999_999, math.MaxInt64},
+		{"the first one", MinTimeSec, 145_224_192, math.MinInt64},
+		{"a nanosecond before it", MinTimeSec, 145_224_191, math.MinInt64},
+		{"1600", -11676096000, 0, math.MinInt64},
+		{"the start of int64 seconds", math.MinInt64, 0, math.MinInt64},
+		{"2262, inside", MaxTimeSec, 0, MaxTimeSec * 1_000_000_000},
+	} {
+		if got := NanoOf(c.sec, c.nsec); got != c.want {
+			t.Errorf("%s: NanoOf(%d, %d) = %d, want %d", c.name, c.sec, c.nsec, got, c.want)
+		}
 	}
 }

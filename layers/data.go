@@ -85,7 +85,7 @@ func (v *View) baseFileLocked(st *inodeState) (*baseHandle, error) {
 	}
 	changed := fst.Ino != st.ino
 	if st.bknown {
-		changed = changed || fst.Size != st.bsize || fst.Mtim.Nano() != st.bmtime
+		changed = changed || fst.Size != st.bsize || tsNano(fst.Mtim) != st.bmtime
 	}
 	if changed {
 		unix.Close(fd)

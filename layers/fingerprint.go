@@ -68,7 +68,7 @@ func (v *View) fingerprintLocked(st *inodeState, trustBase bool) (string, error)
 					if err != nil {
 						return "", fmt.Errorf("inode %d: %w", ino, mapOSErr(err))
 					}
-					st.bsize, st.bmtime, st.bknown = bst.Size, bst.Mtim.Nano(), true
+					st.bsize, st.bmtime, st.bknown = bst.Size, tsNano(bst.Mtim), true
 				}
 				id := strconv.AppendUint([]byte{'b'}, ino, 10)
 				id = strconv.AppendInt(append(id, 0), st.bsize, 10)

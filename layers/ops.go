@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"path"
 	"slices"
 	"sort"
@@ -29,6 +30,42 @@ func coarseNow() int64 {
 	}
 	return ts.Nano()
 }
+
+// Times are kept as int64 nanoseconds since 1970, which reach from
+// 1677-09-21 to 2262-04-11 (MinTimeSec and MaxTimeSec, whole seconds
+// inside the range, are what a test harness is told).
+const (
+	MinTimeSec = math.MinInt64/nsPerSec - 1 // -9223372037: its fraction is partly out of range
+	MaxTimeSec = math.MaxInt64 / nsPerSec   // 9223372036
+	nsPerSec   = 1_000_000_000
+)
+
+// NanoOf is the time sec seconds and nsec nanoseconds after 1970 in
+// nanoseconds, clamped to the range an int64 holds, as the kernel clamps a
+// time to what a file system stores: a time outside it (touch -d 2300)
+// would otherwise wrap around (to 1715).
+func NanoOf(sec, nsec int64) int64 {
+	switch {
+	case sec > MaxTimeSec+1:
+		return math.MaxInt64
+	case sec < MinTimeSec-1:
+		return math.MinInt64
+	}
+	sec += nsec / nsPerSec
+	nsec %= nsPerSec
+	if nsec < 0 {
+		sec, nsec = sec-1, nsec+nsPerSec
+	}
+	switch {
+	case sec > MaxTimeSec || sec == MaxTimeSec && nsec > math.MaxInt64%nsPerSec:
+		return math.MaxInt64
+	case sec < MinTimeSec || sec == MinTimeSec && nsec < math.MinInt64-MinTimeSec*nsPerSec:
+		return math.MinInt64
+	}
+	return sec*nsPerSec + nsec
+}
+
+func tsNano(t unix.Timespec) int64 { return NanoOf(t.Sec, t.Nsec) }
 
 // stamp is the time to record for a change of an inode whose ctime was
 // prev: the coarse clock, unless that would not move the ctime on (a

@@ -1097,7 +1097,7 @@ func (v *View) baseRec(origin string) (*Inode, int64, error) {
 	rec := &Inode{
 		Mode: st.Mode, UID: st.Uid, GID: st.Gid, Nlink: uint32(st.Nlink), Rdev: st.Rdev,
 		Size:  st.Size,
-		Atime: st.Atim.Nano(), Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(), Btime: btime,
+		Atime: tsNano(st.Atim), Mtime: tsNano(st.Mtim), Ctime: tsNano(st.Ctim), Btime: btime,
 		Origin: origin, HasOrigin: true, Floor: -1,
 	}
 	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
