@@ -54,6 +54,11 @@ func Dial(storeDir string) (*Client, error) {
 		pid := peerPID(c)
 		c.Close()
 		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded) && pid > 0 && killedStuck(pid):
+			if n := abortRecordedMounts(storeDir); n > 0 && waitGone(pid, deadServerWait) {
+				return nil, fmt.Errorf("%s: %w (its server, pid %d, was killed while stuck in the kernel; %d FUSE connections aborted)", path, ErrNoServer, pid, n)
+			}
+			return nil, fmt.Errorf("%s: %w: the server (pid %d) was killed but a thread of it is stuck in the kernel", path, ErrNotAnswering, pid)
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			return nil, fmt.Errorf("%s: %w: the server (pid %d) did not answer within %v", path, ErrNotAnswering, pid, PingTimeout)
 		case errors.Is(err, ErrShuttingDown) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):

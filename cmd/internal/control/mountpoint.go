@@ -100,6 +100,9 @@ type MountEntry struct {
 	Mountpoint string
 	FSType     string
 	Source     string
+	// Dev is the mount's device, "major:minor"; a FUSE mount's minor
+	// names its connection under /sys/fs/fuse/connections.
+	Dev string
 }
 
 // Mounts lists the mounts this process sees.
@@ -130,7 +133,7 @@ func parseMountinfo(line string) (MountEntry, bool) {
 	if len(f) < 5 || len(g) < 2 {
 		return MountEntry{}, false
 	}
-	return MountEntry{Mountpoint: unescapeMountinfo(f[4]), FSType: g[0], Source: unescapeMountinfo(g[1])}, true
+	return MountEntry{Mountpoint: unescapeMountinfo(f[4]), FSType: g[0], Source: unescapeMountinfo(g[1]), Dev: f[2]}, true
 }
 
 // unescapeMountinfo undoes the kernel's octal escapes (\040 for a space).
