@@ -170,3 +170,19 @@ func runDyingServer(spec string) {
 	runtime.LockOSThread()
 	syscall.Syscall(syscall.SYS_EXIT, 0, 0, 0)
 }
+
+// TestAbortConnectionRefusesOddDevices: only a device "major:minor" names
+// a connection; nothing else reaches a path under fusectl.
+func TestAbortConnectionRefusesOddDevices(t *testing.T) {
+	for _, dev := range []string{"", "52", "0:", "0:../52", "0:5/2", "0:.."} {
+		if err := abortConnection(dev); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("abortConnection(%q): %v, want ErrInvalid", dev, err)
+		}
+	}
+	if state, threads := procState(1 << 30); state != 0 || threads != 0 {
+		t.Errorf("procState of no process: %q, %d", state, threads)
+	}
+	if killedStuck(os.Getpid()) {
+		t.Errorf("this running test is taken for a killed, stuck server")
+	}
+}
