@@ -145,3 +145,20 @@ func TestNanoOfClamps(t *testing.T) {
 		}
 	}
 }
+
+// TestStampMovesOn: a stamp is the coarse clock when that is after the
+// last ctime, else the fine clock, else (a ctime in the future, as a
+// clock set back leaves) one nanosecond after the last ctime.
+func TestStampMovesOn(t *testing.T) {
+	if got, now := stamp(0), coarseNow(); got <= 0 || got > now {
+		t.Errorf("stamp(0) = %d, want the coarse clock (now %d)", got, now)
+	}
+	c := coarseNow()
+	if got := stamp(c); got <= c {
+		t.Errorf("stamp(%d) = %d, want later", c, got)
+	}
+	future := time.Now().Add(time.Hour).UnixNano()
+	if got := stamp(future); got != future+1 {
+		t.Errorf("stamp of a ctime an hour ahead = %d, want %d", got, future+1)
+	}
+}

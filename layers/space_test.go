@@ -22,13 +22,21 @@ func smallStoreEnv(t *testing.T) *testEnv {
 	}
 	// Registered first, so it runs after the store is closed.
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
-	e := &testEnv{t: t, dir: mnt, base: filepath.Join(dir, "base"), name: "sb"}
-	put(t, e.base+"/f", "base file")
-	s, err := Open(filepath.Join(mnt, "store"))
+	put(t, filepath.Join(dir, "base", "f"), "base file")
+	return envAt(t, mnt, filepath.Join(dir, "base"), MinBlockSize)
+}
+
+// envAt opens a store in dir/store and creates sandbox "sb" over base
+// (which must exist) with block size bs; the store is closed when the
+// test ends.
+func envAt(t *testing.T, dir, base string, bs int) *testEnv {
+	t.Helper()
+	e := &testEnv{t: t, dir: dir, base: base, name: "sb"}
+	s, err := Open(filepath.Join(dir, "store"))
 	ok(t, "open", err)
 	e.store = s
 	t.Cleanup(func() { e.store.Close() })
-	_, err = s.CreateSandbox(e.name, e.base, MinBlockSize)
+	_, err = s.CreateSandbox(e.name, e.base, bs)
 	ok(t, "create", err)
 	return e
 }
