@@ -381,13 +381,7 @@ func TestConcurrentMountsShareOneServer(t *testing.T) {
 // work, and the mount is intact.
 func TestStoppedServer(t *testing.T) {
 	e := newEnv(t)
-	e.ok("sandbox", "create", "s", "--base", e.base)
-	e.ok("mount", "s", e.mnt)
-	var st control.Status
-	e.okJSON(&st, "status")
-	if st.PID <= 0 {
-		t.Fatalf("status: no server pid: %+v", st)
-	}
+	st := e.mountedServer("s")
 	if err := syscall.Kill(st.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -424,4 +418,44 @@ func TestStoppedServer(t *testing.T) {
 		t.Fatalf("a.txt through the mount: %q", got)
 	}
 	e.ok("unmount", "s")
+}
+
+// TestStatusDetachesDeadMounts: after the server is killed, status (the
+// store opened directly) detaches the mount it left, so that status and
+// the kernel's table agree, and the sandbox mounts again.
+func TestStatusDetachesDeadMounts(t *testing.T) {
+	e := newEnv(t)
+	st := e.mountedServer("s")
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the killed server to end", func() bool {
+		return syscall.Kill(st.PID, 0) != nil
+	})
+	e.okJSON(&st, "status")
+	if st.Server || len(st.Mounts) != 0 {
+		t.Fatalf("status after kill -9: %+v, want no server and no mounts", st)
+	}
+	if e.isMounted(e.mnt) {
+		t.Fatalf("%s is still in the kernel's table after status", e.mnt)
+	}
+	e.ok("mount", "s", e.mnt)
+	if got := readFile(t, filepath.Join(e.mnt, "a.txt")); got != "hello" {
+		t.Fatalf("a.txt after mounting again: %q", got)
+	}
+	e.ok("unmount", "s")
+}
+
+// mountedServer creates sandbox name over the base, mounts it at e.mnt
+// and returns the status of the server that serves it.
+func (e *env) mountedServer(name string) control.Status {
+	e.t.Helper()
+	e.ok("sandbox", "create", name, "--base", e.base)
+	e.ok("mount", name, e.mnt)
+	var st control.Status
+	e.okJSON(&st, "status")
+	if st.PID <= 0 {
+		e.t.Fatalf("status: no server pid: %+v", st)
+	}
+	return st
 }

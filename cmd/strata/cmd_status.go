@@ -32,6 +32,13 @@ func runStatus(g *globals, name string) error {
 		return fail(what, err, name)
 	}
 	defer s.Close()
+	if l, ok := s.(*localSession); ok {
+		// No server: mounts a dead one left are detached first, so that
+		// the kernel's table says what status does.
+		if _, err := control.CleanStaleMounts(l.st.Dir()); err != nil {
+			return fail(what, err, name)
+		}
+	}
 	var st control.Status
 	if err := s.Call(control.OpStatus, control.NameArgs{Name: name}, &st); err != nil {
 		return fail(what, err, name)

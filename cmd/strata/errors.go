@@ -50,7 +50,7 @@ func hintFor(err error, arg string) string {
 	case errors.Is(err, layers.ErrMounted):
 		return fmt.Sprintf("run `strata unmount %s` first", arg)
 	case errors.Is(err, control.ErrNotAnswering):
-		return "the store's server is stopped or stuck; if it stays so, kill that pid (kill -9); `strata unmount` or the next `strata mount` then detaches the mounts it left"
+		return "the store's server is stopped or stuck; if it stays so, kill that pid (kill -9); `strata status`, `strata unmount` or the next `strata mount` then detaches the mounts it left"
 	case errors.Is(err, layers.ErrLocked):
 		return "another strata process has the store open; retry when it is done"
 	case errors.Is(err, checkpoint.ErrBaseChanged):
