@@ -3,6 +3,7 @@ package layers
 import (
 	"bytes"
 	"encoding/binary"
+	"hash/crc32"
 	"reflect"
 	"testing"
 )
@@ -149,5 +150,13 @@ func TestKeys(t *testing.T) {
 	}
 	if string(keySandbox("a")) != "s/a" || string(keyLayer("b")) != "l/b" {
 		t.Fatalf("record keys: got %q %q", keySandbox("a"), keyLayer("b"))
+	}
+}
+
+// TestZeroPageCRC: the constant is the CRC-32C of a page of zeros, which
+// blocks that are holes carry.
+func TestZeroPageCRC(t *testing.T) {
+	if got := crc32.Checksum(make([]byte, pageSize), castagnoli()); got != zeroPageCRC {
+		t.Fatalf("CRC-32C of a zero page: %#x, constant %#x", got, uint32(zeroPageCRC))
 	}
 }

@@ -296,7 +296,7 @@ const fsckMoves = 64
 // one in crcs, or -1.
 func failingPage(block []byte, crcs []uint32) int {
 	for p, want := range crcs {
-		if crc32.Checksum(block[p*pageSize:(p+1)*pageSize], castagnoli) != want {
+		if crc32.Checksum(block[p*pageSize:(p+1)*pageSize], castagnoli()) != want {
 			return p
 		}
 	}
