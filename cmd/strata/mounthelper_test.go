@@ -274,6 +274,14 @@ func TestMountHelper(t *testing.T) {
 			if mode == "ro" && !errors.Is(err, unix.EROFS) || mode == "rw" && err != nil {
 				t.Errorf("write after remount,%s: %v", mode, err)
 			}
+			// status and sandbox show say what the kernel now does.
+			var st control.Status
+			e.okJSON(&st, "status")
+			var sb control.Sandbox
+			e.okJSON(&sb, "sandbox", "show", "demo")
+			if len(st.Mounts) != 1 || st.Mounts[0].ReadOnly != (mode == "ro") || sb.ReadOnly != (mode == "ro") {
+				t.Errorf("after remount,%s: status %+v, sandbox show read_only=%v", mode, st.Mounts, sb.ReadOnly)
+			}
 		}
 		if out, err := exec.Command(filepath.Join(e.mnt, "run.sh")).Output(); err != nil || string(out) != "ran\n" {
 			t.Errorf("run.sh: got %q, %v; want ran", out, err)

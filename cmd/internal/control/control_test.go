@@ -252,12 +252,12 @@ func TestParseMountinfo(t *testing.T) {
 		{
 			name: "fuse",
 			line: `120 30 0:52 / /tmp/x/mnt rw,nosuid,nodev,relatime shared:60 - fuse.strata strata:demo rw,user_id=0,group_id=0`,
-			want: MountEntry{Mountpoint: "/tmp/x/mnt", FSType: "fuse.strata", Source: "strata:demo", Dev: "0:52"}, ok: true,
+			want: MountEntry{Mountpoint: "/tmp/x/mnt", FSType: "fuse.strata", Source: "strata:demo", Dev: "0:52", Options: "rw,nosuid,nodev,relatime"}, ok: true,
 		},
 		{
 			name: "escaped space",
 			line: `36 35 98:0 / /mnt/my\040dir rw - ext4 /dev/sda1 rw`,
-			want: MountEntry{Mountpoint: "/mnt/my dir", FSType: "ext4", Source: "/dev/sda1", Dev: "98:0"}, ok: true,
+			want: MountEntry{Mountpoint: "/mnt/my dir", FSType: "ext4", Source: "/dev/sda1", Dev: "98:0", Options: "rw"}, ok: true,
 		},
 		{name: "garbage", line: "not a mountinfo line"},
 	}

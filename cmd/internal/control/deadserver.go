@@ -68,10 +68,7 @@ func abortRecordedMounts(storeDir string) int {
 	n := 0
 	for _, m := range ms {
 		for _, e := range live {
-			if e.Mountpoint != m.Mountpoint || e.FSType != "fuse.strata" || e.Source != "strata:"+m.Sandbox {
-				continue
-			}
-			if abortConnection(e.Dev) == nil {
+			if e.is(m) && abortConnection(e.Dev) == nil {
 				n++
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -103,6 +104,9 @@ type MountEntry struct {
 	// Dev is the mount's device, "major:minor"; a FUSE mount's minor
 	// names its connection under /sys/fs/fuse/connections.
 	Dev string
+	// Options are the mount's own options ("ro,nosuid,nodev,..."), as a
+	// remount left them.
+	Options string
 }
 
 // Mounts lists the mounts this process sees.
@@ -130,10 +134,10 @@ func parseMountinfo(line string) (MountEntry, bool) {
 		return MountEntry{}, false
 	}
 	f, g := strings.Fields(pre), strings.Fields(post)
-	if len(f) < 5 || len(g) < 2 {
+	if len(f) < 6 || len(g) < 2 {
 		return MountEntry{}, false
 	}
-	return MountEntry{Mountpoint: unescapeMountinfo(f[4]), FSType: g[0], Source: unescapeMountinfo(g[1]), Dev: f[2]}, true
+	return MountEntry{Mountpoint: unescapeMountinfo(f[4]), FSType: g[0], Source: unescapeMountinfo(g[1]), Dev: f[2], Options: f[5]}, true
 }
 
 // unescapeMountinfo undoes the kernel's octal escapes (\040 for a space).
@@ -289,11 +293,16 @@ func isDead(dir string) bool {
 
 func isStrataMount(live []MountEntry, m MountInfo) bool {
 	for _, e := range live {
-		if e.Mountpoint == m.Mountpoint && e.FSType == "fuse.strata" && e.Source == "strata:"+m.Sandbox {
+		if e.is(m) {
 			return true
 		}
 	}
 	return false
+}
+
+// is reports whether kernel mount e is Strata mount m.
+func (e MountEntry) is(m MountInfo) bool {
+	return e.Mountpoint == m.Mountpoint && e.FSType == "fuse.strata" && e.Source == "strata:"+m.Sandbox
 }
 
 // detach lazily unmounts dir: directly as root, else through fusermount3.
@@ -309,4 +318,26 @@ func detach(dir string) error {
 		return nil
 	}
 	return fmt.Errorf("detach %s: %w", dir, err)
+}
+
+// withKernelFlags sets, in ms, what the kernel's mount table says of each
+// mount's flags: a remount (mount -o remount,ro|noexec DIR) changes them
+// behind the server. A mount is read-only if it was mounted so or the
+// kernel's mount is; the view refuses writes in the first case, the
+// kernel in the second.
+func withKernelFlags(ms []MountInfo) {
+	live, err := Mounts()
+	if err != nil {
+		return
+	}
+	for i := range ms {
+		for _, e := range live {
+			if !e.is(ms[i]) {
+				continue
+			}
+			opts := strings.Split(e.Options, ",")
+			ms[i].ReadOnly = ms[i].ReadOnly || slices.Contains(opts, "ro")
+			ms[i].NoExec = slices.Contains(opts, "noexec")
+		}
+	}
 }

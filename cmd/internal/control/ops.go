@@ -54,6 +54,7 @@ func (s *Server) status(ctx context.Context, a NameArgs) (Status, error) {
 			st.Mounts = append(st.Mounts, m)
 		}
 	}
+	withKernelFlags(st.Mounts)
 	if a.Name != "" {
 		sb, err := s.sandbox(a.Name)
 		if err != nil {
@@ -70,7 +71,9 @@ func (s *Server) withMount(info layers.SandboxInfo) Sandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if lm, ok := s.mounts[info.Name]; ok {
-		sb.Mounted, sb.Mountpoint, sb.ReadOnly = true, lm.info.Mountpoint, lm.info.ReadOnly
+		ms := []MountInfo{lm.info}
+		withKernelFlags(ms)
+		sb.Mounted, sb.Mountpoint, sb.ReadOnly = true, ms[0].Mountpoint, ms[0].ReadOnly
 	}
 	return sb
 }
