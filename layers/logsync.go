@@ -2,6 +2,7 @@ package layers
 
 import (
 	"errors"
+	"expvar"
 	"fmt"
 	"io/fs"
 	"os"
@@ -59,13 +60,20 @@ func (s *Store) syncLogs() error {
 		}
 	}
 	sort.Slice(vlogs, func(i, j int) bool { return vlogs[i].n < vlogs[j].n })
+	// Read before the flush: a commit that returned before it has counted
+	// its value log bytes.
+	written := vlogBytesWritten()
 	s.logMu.Lock()
 	from := s.vlogSynced
+	unchanged := written >= 0 && written == s.vlogBytes
 	s.logMu.Unlock()
 	// Every value written since the last Sync went into the value log that
-	// was newest then, or into a newer one.
+	// was newest then, or into a newer one. When badger has written no
+	// value log byte since then (values under the threshold live in the
+	// memtable's log), there is nothing to flush there: an fdatasync of an
+	// unchanged file still costs ext4 a device flush (0.13-0.2 ms here).
 	for _, l := range vlogs {
-		if l.n < from {
+		if l.n < from || unchanged {
 			continue
 		}
 		if err := syncLogFile(filepath.Join(meta, l.name)); err != nil {
@@ -77,12 +85,25 @@ func (s *Store) syncLogs() error {
 			return err
 		}
 	}
+	s.logMu.Lock()
 	if len(vlogs) > 0 {
-		s.logMu.Lock()
 		s.vlogSynced = max(s.vlogSynced, vlogs[len(vlogs)-1].n)
-		s.logMu.Unlock()
 	}
+	s.vlogBytes = written
+	s.logMu.Unlock()
 	return nil
+}
+
+// vlogBytesWritten is badger's count of the bytes it has written to value
+// logs in this process, of every store (an expvar it keeps while metrics
+// are on, as they are by default), or -1 when it keeps none. It only
+// grows, and a store whose value logs another store's writes moved only
+// flushes them once more than it needs.
+func vlogBytesWritten() int64 {
+	if v, ok := expvar.Get("badger_write_bytes_vlog").(*expvar.Int); ok {
+		return v.Value()
+	}
+	return -1
 }
 
 // syncLogFile flushes one log file's data. A file badger removed meanwhile

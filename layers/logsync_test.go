@@ -101,6 +101,38 @@ func TestSyncFlushesEveryLog(t *testing.T) {
 	}
 }
 
+// TestSyncSkipsUnwrittenValueLogs: a Sync after commits of values under
+// the value threshold only, which badger keeps in the memtable's log,
+// flushes no value log (on ext4 each flush of even an unchanged file is a
+// device flush); after a value over it, the value log is flushed again.
+func TestSyncSkipsUnwrittenValueLogs(t *testing.T) {
+	if vlogBytesWritten() < 0 {
+		t.Skip("badger keeps no count of value log writes")
+	}
+	s, err := Open(t.TempDir())
+	ok(t, "open", err)
+	defer s.Close()
+	got := recordLogSyncs(t, nil)
+	ok(t, "first sync", s.Sync()) // the value log's state is not known yet
+	ok(t, "small write", s.Update(func(tx *Txn) error { return tx.Set("x/small", []byte("v")) }))
+	*got = nil
+	ok(t, "sync", s.Sync())
+	for _, f := range *got {
+		if strings.HasSuffix(f, vlogExt) {
+			t.Fatalf("a sync after small values only flushed %v", *got)
+		}
+	}
+	if len(*got) == 0 {
+		t.Fatalf("a sync after a commit flushed nothing")
+	}
+	ok(t, "big write", s.Update(func(tx *Txn) error { return tx.Set("x/big", make([]byte, 4<<10)) }))
+	*got = nil
+	ok(t, "sync", s.Sync())
+	if !slices.ContainsFunc(*got, func(f string) bool { return strings.HasSuffix(f, vlogExt) }) {
+		t.Fatalf("a sync after a value over the threshold flushed %v: no value log", *got)
+	}
+}
+
 // TestSyncLogErrors: a log that cannot be flushed fails Sync, which then
 // counts nothing as durable: the next Sync flushes again. A log badger
 // removed meanwhile needs nothing.

@@ -92,6 +92,9 @@ type Store struct {
 
 	logMu      sync.Mutex
 	vlogSynced uint64 // the newest value log when a Sync last flushed the logs (logsync.go)
+	// vlogBytes is badger's count of bytes written to value logs when a
+	// Sync last flushed them (-1: not known); logsync.go.
+	vlogBytes int64
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -152,7 +155,7 @@ func Open(dir string) (*Store, error) {
 			os.Remove(filepath.Join(abs, "spare", e.Name()))
 		}
 	}
-	st := &Store{dir: abs, db: db, lockf: lockf, seq: seq, views: map[string]*View{}}
+	st := &Store{dir: abs, db: db, lockf: lockf, seq: seq, views: map[string]*View{}, vlogBytes: -1}
 	// What badger replayed from a log a crash left unflushed is not
 	// known to be durable: the first Sync flushes whatever the count says.
 	st.commits.Store(1)
