@@ -67,15 +67,32 @@ func (s *Server) status(ctx context.Context, a NameArgs) (Status, error) {
 
 // withMount adds a sandbox's mount, if any, to its record.
 func (s *Server) withMount(info layers.SandboxInfo) Sandbox {
-	sb := Sandbox{SandboxInfo: info}
+	return s.withMounts([]layers.SandboxInfo{info})[0]
+}
+
+// withMounts adds each sandbox's mount, if any, to its record. The
+// kernel's mount table, for the flags a remount changed, is read once,
+// and not while the server's lock is held.
+func (s *Server) withMounts(infos []layers.SandboxInfo) []Sandbox {
+	out := make([]Sandbox, len(infos))
+	var ms []MountInfo
+	var at []int // out's index of each of ms
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if lm, ok := s.mounts[info.Name]; ok {
-		ms := []MountInfo{lm.info}
-		withKernelFlags(ms)
-		sb.Mounted, sb.Mountpoint, sb.ReadOnly = true, ms[0].Mountpoint, ms[0].ReadOnly
+	for i, info := range infos {
+		out[i] = Sandbox{SandboxInfo: info}
+		if lm, ok := s.mounts[info.Name]; ok {
+			ms, at = append(ms, lm.info), append(at, i)
+		}
 	}
-	return sb
+	s.mu.Unlock()
+	if len(ms) > 0 {
+		withKernelFlags(ms)
+	}
+	for j, m := range ms {
+		sb := &out[at[j]]
+		sb.Mounted, sb.Mountpoint, sb.ReadOnly = true, m.Mountpoint, m.ReadOnly
+	}
+	return out
 }
 
 func (s *Server) sandbox(name string) (Sandbox, error) {
@@ -113,11 +130,7 @@ func (s *Server) sandboxList(ctx context.Context, _ empty) ([]Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Sandbox, 0, len(infos))
-	for _, info := range infos {
-		out = append(out, s.withMount(info))
-	}
-	return out, nil
+	return s.withMounts(infos), nil
 }
 
 func (s *Server) sandboxShow(ctx context.Context, a NameArgs) (SandboxDetail, error) {
