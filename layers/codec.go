@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -346,9 +347,19 @@ func decodeEntry(b []byte) (entry, error) {
 // that layer's data file, and a CRC-32C for each page of the block. A block
 // with no checksums has been written but not sealed yet (only possible in
 // the active layer, in memory).
+//
+// A slot is a run of pages of the data file: Slot is the index of its
+// first page and Pages how many it holds, 0 meaning a whole block. A block
+// copied up from a short file, or first written near its start, gets a
+// short slot, just the pages it needs: slots handed out one after the
+// other then lie next to each other in the data file, so the sync a
+// checkpoint waits for writes one run of pages, not a page per block with
+// a hole after each (on ext4 three times slower). The block's pages past
+// its slot read as zeros; a write there moves the block to a larger slot.
 type blockRef struct {
-	Slot uint64
-	CRCs []uint32
+	Slot  uint64
+	Pages uint32
+	CRCs  []uint32
 	// open: the slot belongs to the active layer and has not been sealed
 	// (stored) yet, so it may be written in place. dirty marks its pages
 	// whose checksum is stale. Neither is stored.
@@ -361,20 +372,65 @@ type blockRef struct {
 	alloc bool
 }
 
-// blockRefAlloc is the flag byte of a stored blockRef with alloc set.
-const blockRefAlloc = 1
+// The flag byte after a stored blockRef's checksums.
+const (
+	blockRefAlloc = 1 << iota // alloc is set
+	blockRefPaged             // Slot counts pages, not blocks
+	blockRefShort             // a uvarint follows: Pages
+)
 
 func (r blockRef) sealed() bool { return !r.open }
 
+// capPages is how many of the block's pages its slot holds.
+func (r *blockRef) capPages() int {
+	if r.Pages == 0 {
+		return len(r.CRCs)
+	}
+	return int(r.Pages)
+}
+
+// capBytes is how many of the block's bytes its slot holds.
+func (r *blockRef) capBytes() int64 { return int64(r.capPages()) * pageSize }
+
+// off is where the slot starts in its layer's data file.
+func (r *blockRef) off() int64 { return int64(r.Slot) * pageSize }
+
+// span is the run of pages the slot holds, as the view frees it.
+func (r *blockRef) span() slotSpan {
+	return slotSpan{r.Slot, uint64(r.capPages())}
+}
+
+// slotSpan is a run of pages of a data file: n pages from page at.
+type slotSpan struct{ at, n uint64 }
+
 func encodeBlockRef(r blockRef) []byte {
-	b := make([]byte, 0, 10+4*len(r.CRCs))
-	b = binary.AppendUvarint(b, r.Slot)
-	b = binary.AppendUvarint(b, uint64(len(r.CRCs)))
+	b := make([]byte, 0, 12+4*len(r.CRCs))
+	n := uint64(len(r.CRCs))
+	var flags byte
+	slot := r.Slot
+	switch {
+	case r.Pages == 0 && n > 0 && slot%n == 0:
+		// A whole block at a block boundary keeps the first layout, in
+		// block units, which stores written before short slots hold.
+		slot /= n
+	case r.Pages == 0:
+		flags |= blockRefPaged
+	default:
+		flags |= blockRefPaged | blockRefShort
+	}
+	if r.alloc {
+		flags |= blockRefAlloc
+	}
+	b = binary.AppendUvarint(b, slot)
+	b = binary.AppendUvarint(b, n)
 	for _, c := range r.CRCs {
 		b = binary.LittleEndian.AppendUint32(b, c)
 	}
-	if r.alloc {
-		b = append(b, blockRefAlloc)
+	if flags != 0 {
+		b = append(b, flags)
+	}
+	if flags&blockRefShort != 0 {
+		b = binary.AppendUvarint(b, uint64(r.Pages))
 	}
 	return b
 }
@@ -386,16 +442,41 @@ func decodeBlockRef(b []byte) (blockRef, error) {
 	if d.err != nil {
 		return r, d.err
 	}
-	if n > 0 && uint64(len(d.b)) == 4*n+1 && d.b[4*n] == blockRefAlloc {
-		r.alloc = true
-		d.b = d.b[:4*n]
-	}
-	if n == 0 || uint64(len(d.b)) != 4*n {
+	if n == 0 || n > uint64(len(d.b))/4 {
 		return r, fmt.Errorf("block ref: %d checksums in %d bytes: %w", n, len(d.b), ErrCorrupt)
 	}
 	r.CRCs = make([]uint32, n)
 	for i := range r.CRCs {
 		r.CRCs[i] = binary.LittleEndian.Uint32(d.b[4*i:])
+	}
+	tail := d.b[4*n:]
+	var flags byte
+	if len(tail) > 0 {
+		flags, tail = tail[0], tail[1:]
+		if flags == 0 || flags&^(blockRefAlloc|blockRefPaged|blockRefShort) != 0 || flags&blockRefShort != 0 && flags&blockRefPaged == 0 {
+			return r, fmt.Errorf("block ref: flags %#x: %w", flags, ErrCorrupt)
+		}
+	}
+	r.alloc = flags&blockRefAlloc != 0
+	if flags&blockRefShort != 0 {
+		t := decoder{b: tail}
+		pages := t.uvarint()
+		if t.err != nil || pages == 0 || pages >= n {
+			return r, fmt.Errorf("block ref: slot of %d pages for %d: %w", pages, n, ErrCorrupt)
+		}
+		r.Pages, tail = uint32(pages), t.b
+	}
+	if len(tail) != 0 {
+		return r, fmt.Errorf("block ref: %d trailing bytes: %w", len(tail), ErrCorrupt)
+	}
+	if flags&blockRefPaged == 0 {
+		if r.Slot > math.MaxUint64/n {
+			return r, fmt.Errorf("block ref: slot %d: %w", r.Slot, ErrCorrupt)
+		}
+		r.Slot *= n
+	}
+	if r.Slot > math.MaxInt64/pageSize-uint64(r.capPages()) {
+		return r, fmt.Errorf("block ref: slot %d past the largest data file: %w", r.Slot, ErrCorrupt)
 	}
 	return r, nil
 }

@@ -3,7 +3,9 @@ package layers
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
+	"math"
 	"reflect"
 	"testing"
 )
@@ -120,7 +122,13 @@ func TestEntryRoundTrip(t *testing.T) {
 }
 
 func TestBlockRefRoundTrip(t *testing.T) {
-	for _, r := range []blockRef{{Slot: 0, CRCs: []uint32{0}}, {Slot: 1 << 40, CRCs: []uint32{1, 2, 3, 0xffffffff}}, {Slot: 5, CRCs: []uint32{9, 9}, alloc: true}} {
+	for _, r := range []blockRef{
+		{Slot: 0, CRCs: []uint32{0}},
+		{Slot: 1 << 40, CRCs: []uint32{1, 2, 3, 0xffffffff}},
+		{Slot: 5, CRCs: []uint32{9, 9}, alloc: true},
+		{Slot: 7, Pages: 1, CRCs: []uint32{1, 2, 3, 4}},
+		{Slot: 8, Pages: 3, CRCs: []uint32{1, 2, 3, 4}, alloc: true},
+	} {
 		got, err := decodeBlockRef(encodeBlockRef(r))
 		if err != nil || !reflect.DeepEqual(got, r) || !got.sealed() {
 			t.Fatalf("ref %+v: got %+v, %v", r, got, err)
@@ -129,11 +137,53 @@ func TestBlockRefRoundTrip(t *testing.T) {
 	if (blockRef{open: true}).sealed() {
 		t.Fatalf("an open ref reports sealed")
 	}
-	good := encodeBlockRef(blockRef{Slot: 3, CRCs: []uint32{7, 8}})
-	// A flag byte other than alloc's, or two, is damage too.
-	for _, b := range [][]byte{nil, {0x80}, {1}, {1, 0}, good[:len(good)-1], append(append([]byte(nil), good...), 0), append(append([]byte(nil), good...), 2), append(append([]byte(nil), good...), 1, 1)} {
-		_, err := decodeBlockRef(b)
-		wantErr(t, "decodeBlockRef", err, ErrCorrupt)
+}
+
+// TestBlockRefFirstLayout: a whole block at a block boundary is stored
+// as stores written before short slots hold it (slot in blocks, no flag),
+// and such a record reads back with its slot in pages.
+func TestBlockRefFirstLayout(t *testing.T) {
+	old := binary.AppendUvarint(nil, 3)
+	old = binary.AppendUvarint(old, 2)
+	old = binary.LittleEndian.AppendUint32(old, 7)
+	old = binary.LittleEndian.AppendUint32(old, 8)
+	r := blockRef{Slot: 6, CRCs: []uint32{7, 8}}
+	if got := encodeBlockRef(r); !bytes.Equal(got, old) {
+		t.Fatalf("encode %+v: got %x, want %x", r, got, old)
+	}
+	got, err := decodeBlockRef(old)
+	if err != nil || !reflect.DeepEqual(got, r) || got.off() != 6*pageSize || got.capBytes() != 2*pageSize {
+		t.Fatalf("decode %x: got %+v, %v", old, got, err)
+	}
+}
+
+func TestBlockRefDamage(t *testing.T) {
+	good := encodeBlockRef(blockRef{Slot: 4, CRCs: []uint32{7, 8}}) // no flag byte
+	with := func(tail ...byte) []byte { return append(append([]byte(nil), good...), tail...) }
+	huge := binary.AppendUvarint(nil, math.MaxUint64/2)
+	huge = append(binary.AppendUvarint(huge, 1), 0, 0, 0, 0)
+	for _, c := range []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"truncated varint", []byte{0x80}},
+		{"no checksum count", []byte{1}},
+		{"no checksums", []byte{1, 0}},
+		{"short checksums", good[:len(good)-1]},
+		{"flag byte zero", with(0)},
+		{"unknown flag", with(8)},
+		{"two flag bytes", with(1, 1)},
+		{"short without paged", with(blockRefShort)},
+		{"short without its pages", with(blockRefPaged | blockRefShort)},
+		{"short of no pages", with(blockRefPaged|blockRefShort, 0)},
+		{"short of every page", with(blockRefPaged|blockRefShort, 2)},
+		{"trailing bytes", with(blockRefPaged|blockRefShort, 1, 0)},
+		{"slot past any file", huge},
+	} {
+		if _, err := decodeBlockRef(c.b); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s (%x): got %v, want ErrCorrupt", c.name, c.b, err)
+		}
 	}
 }
 

@@ -519,19 +519,9 @@ func TestFreezeWhenTheSpareDataFileWent(t *testing.T) {
 	e := newEnv(t, MinBlockSize, nil)
 	v := e.view()
 	t.Cleanup(func() { v.Close() })
-	spare := ""
-	for deadline := time.Now().Add(20 * time.Second); spare == "" && time.Now().Before(deadline); {
-		v.mu.Lock()
-		spare = v.spare
-		v.mu.Unlock()
-		if spare == "" {
-			time.Sleep(10 * time.Millisecond)
-		}
+	for _, p := range waitSpares(t, v, keepSpares) {
+		ok(t, "remove a spare", os.Remove(p))
 	}
-	if spare == "" {
-		t.Fatal("the view made no spare data file")
-	}
-	ok(t, "remove the spare", os.Remove(spare))
 	_, next, err := e.store.Freeze("sb", noFreezeFn)
 	ok(t, "freeze", err)
 	if _, err := os.Stat(e.store.dataPath(next)); err != nil {
@@ -546,6 +536,25 @@ func TestFreezeWhenTheSpareDataFileWent(t *testing.T) {
 	}
 }
 
+// waitSpares waits until v keeps n spare data files and returns their
+// paths.
+func waitSpares(t *testing.T, v *View, n int) []string {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		v.mu.Lock()
+		var paths []string
+		for _, sp := range v.spares {
+			paths = append(paths, sp.path)
+		}
+		v.mu.Unlock()
+		if len(paths) >= n {
+			return paths
+		}
+	}
+	t.Fatalf("the view made fewer than %d spare data files in 20 s", n)
+	return nil
+}
+
 // TestSpareMadeWhileTheJournalIsBusy: after a freeze takes the spare data
 // file, the next one is made even while the journal cannot commit (its
 // lock held here, as by a long commit), so the next checkpoint does not
@@ -556,37 +565,27 @@ func TestSpareMadeWhileTheJournalIsBusy(t *testing.T) {
 	e := newEnv(t, MinBlockSize, nil)
 	v := e.view()
 	t.Cleanup(func() { v.Close() })
-	spare := func() string {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			v.mu.Lock()
-			p := v.spare
-			v.mu.Unlock()
-			if p != "" {
-				return p
-			}
-		}
-		return ""
-	}
-	if spare() == "" {
-		t.Fatal("the view made no spare data file")
-	}
+	waitSpares(t, v, keepSpares)
 	v.cmu.Lock()
 	// A write kicks the journal, which then waits for cmu.
 	mkfile(t, v, RootIno, "f", "x")
 	time.Sleep(3 * journalDelay)
-	// What a freeze does with the spare, while it cannot.
-	layer := NewID()
+	// What freezes do with the spares, while the journal cannot.
+	var layers []string
 	v.mu.Lock()
-	v.useSpareLocked(layer)
-	v.mu.Unlock()
-	got := spare()
-	v.cmu.Unlock()
-	if got == "" {
-		t.Fatal("no spare data file while the journal was busy")
+	for range keepSpares {
+		layers = append(layers, NewID())
+		v.useSpareLocked(layers[len(layers)-1])
 	}
-	if got == e.store.dataPath(layer) {
-		t.Fatalf("the spare %s is the new layer's own data file", got)
+	v.mu.Unlock()
+	got := waitSpares(t, v, keepSpares)
+	v.cmu.Unlock()
+	for _, p := range got {
+		for _, l := range layers {
+			if p == e.store.dataPath(l) {
+				t.Fatalf("the spare %s is a new layer's own data file", p)
+			}
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"math/bits"
 	"os"
 	"slices"
 	"sync"
@@ -33,6 +34,9 @@ type source struct {
 	kind srcKind
 	f    *os.File
 	off  int64
+	// size is, for a slot, how many of the block's bytes it holds: the
+	// rest of the block reads as zeros.
+	size int64
 	crcs []uint32
 	blk  uint64
 	bh   *baseHandle // for base blocks: the handle that keeps f open
@@ -139,7 +143,7 @@ func (v *View) sourceLocked(st *inodeState, blk uint64) (source, error) {
 // sourceBlock is sourceLocked without opening the base file.
 func (v *View) sourceBlock(st *inodeState, blk uint64) (source, error) {
 	if ref, ok := st.active[blk]; ok {
-		src := source{kind: srcSlot, f: v.files[v.activeLayer()], off: int64(ref.Slot) * v.bs, blk: blk}
+		src := source{kind: srcSlot, f: v.files[v.activeLayer()], off: ref.off(), size: ref.capBytes(), blk: blk}
 		if ref.sealed() {
 			src.crcs = ref.CRCs
 		}
@@ -154,7 +158,7 @@ func (v *View) sourceBlock(st *inodeState, blk uint64) (source, error) {
 		if err != nil {
 			return source{}, err
 		}
-		return source{kind: srcSlot, f: f, off: int64(fr.ref.Slot) * v.bs, crcs: fr.ref.CRCs, blk: blk}, nil
+		return source{kind: srcSlot, f: f, off: fr.ref.off(), size: fr.ref.capBytes(), crcs: fr.ref.CRCs, blk: blk}, nil
 	}
 	if st.rec.HasOrigin && start < st.baseLimit {
 		return source{kind: srcBase, off: start, blk: blk}, nil
@@ -173,12 +177,12 @@ func (v *View) read(src source, dst []byte, inBlk int64) error {
 		return readFull(src.f, dst, src.off+inBlk)
 	}
 	if src.crcs == nil {
-		return readFull(src.f, dst, src.off+inBlk)
+		return src.readSlot(dst, inBlk)
 	}
 	p0 := inBlk / pageSize
 	p1 := (inBlk + int64(len(dst)) - 1) / pageSize
 	buf := make([]byte, (p1-p0+1)*pageSize)
-	if err := readFull(src.f, buf, src.off+p0*pageSize); err != nil {
+	if err := src.readSlot(buf, p0*pageSize); err != nil {
 		return err
 	}
 	for p := p0; p <= p1; p++ {
@@ -189,6 +193,17 @@ func (v *View) read(src source, dst []byte, inBlk int64) error {
 	}
 	copy(dst, buf[inBlk-p0*pageSize:])
 	return nil
+}
+
+// readSlot reads [inBlk, inBlk+len(dst)) of a slot's block: what the
+// slot holds from the data file, zeros past it.
+func (src source) readSlot(dst []byte, inBlk int64) error {
+	n := min(int64(len(dst)), max(0, src.size-inBlk))
+	clear(dst[n:])
+	if n == 0 {
+		return nil
+	}
+	return readFull(src.f, dst[:n], src.off+inBlk)
 }
 
 // ReadAt reads from file ino at off. It returns 0, io.EOF at or past the
@@ -276,15 +291,25 @@ func (v *View) readAt(ino uint64, p []byte, off int64) (int, error) {
 
 // writableSlotLocked returns the active-layer slot that block blk of st is
 // written into, copying the block up from below unless the write covers
-// every byte of it that matters (covered: [lo, hi) within the block).
-func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi int64) (*blockRef, error) {
+// every byte of it that matters (covered: [lo, hi) within the block). The
+// slot holds at least the block's first need bytes, where the caller then
+// writes. An open slot too short for them moves to a larger one, which
+// only a caller holding ioMu exclusively may ask for (slotsGrowLocked
+// tells WriteAt beforehand): a write under the shared lock may be copying
+// into the old slot meanwhile.
+func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi, need int64) (*blockRef, error) {
 	v.dataGen++
 	ref, ok := st.active[blk]
 	if ok && !ref.sealed() {
+		if ref.capBytes() < need {
+			if err := v.growSlotLocked(ref, need); err != nil {
+				return nil, err
+			}
+		}
 		return ref, nil
 	}
 	if ok {
-		v.freed = append(v.freed, ref.Slot) // superseded by the copy below
+		v.freed = append(v.freed, ref.span()) // superseded by the copy below
 	}
 	start := int64(blk) * v.bs
 	live := min(v.bs, max(0, st.rec.Size-start)) // bytes of this block inside the file
@@ -305,15 +330,36 @@ func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi int64) (*bl
 	}
 	f := v.files[v.activeLayer()]
 	pages := int(v.bs / pageSize)
-	nref := &blockRef{Slot: v.nextSlot, open: true, dirty: make([]bool, pages)}
-	v.nextSlot++
+	whole := v.allocatedBelowLocked(st, blk, ref, ok)
+	n := pagesFor(need) // the pages the slot must hold
+	if old != nil {
+		n = max(n, pagesFor(live))
+	}
+	n = max(n, 1)
+	switch {
+	case hi > live && start > 0:
+		// A file past its first block grows: a whole block, as it would
+		// have once the file is written on.
+		n = pages
+	case hi > live:
+		// The write grows the file: room for it to go on growing, so a
+		// file written a page at a time moves a few times, not at every
+		// page.
+		n = 1 << bits.Len(uint(n-1))
+	}
+	if whole || n >= pages {
+		n = pages
+	}
+	nref := &blockRef{Slot: v.takePages(n), open: true, dirty: make([]bool, pages)}
+	if n < pages {
+		nref.Pages = uint32(n)
+	}
 	if old != nil {
 		// Only the pages that hold the file's bytes are written: the rest
-		// of a fresh slot is a hole and reads as the zeros old holds there,
-		// so a small edit of a small file costs one page to write and to
-		// sync at the next checkpoint, not a whole block.
-		n := min(v.bs, (live+pageSize-1)/pageSize*pageSize)
-		if _, err := f.WriteAt(old[:n], int64(nref.Slot)*v.bs); err != nil {
+		// of the block reads as the zeros old holds there, so a small edit
+		// of a small file costs one page to write and to sync at the next
+		// checkpoint, not a whole block.
+		if _, err := f.WriteAt(old[:pagesFor(live)*pageSize], nref.off()); err != nil {
 			return nil, mapOSErr(err)
 		}
 		nref.CRCs = pageCRCs(old)
@@ -324,14 +370,68 @@ func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi int64) (*bl
 			nref.CRCs[i] = zeroPageCRC
 		}
 	}
-	if v.allocatedBelowLocked(st, blk, ref, ok) {
+	if whole {
 		// A copy of an allocated block stays allocated, as far as the
 		// disk lets it: st_blocks does not shrink because a write moved it.
-		nref.alloc = unix.Fallocate(int(f.Fd()), 0, int64(nref.Slot)*v.bs, v.bs) == nil
+		nref.alloc = unix.Fallocate(int(f.Fd()), 0, nref.off(), v.bs) == nil
 	}
 	st.active[blk] = nref
 	v.markBlock(st, blk)
 	return nref, nil
+}
+
+// pagesFor is how many pages hold n bytes.
+func pagesFor(n int64) int { return int((n + pageSize - 1) / pageSize) }
+
+// takePages hands out a slot of n pages at the end of the active layer's
+// data file: slots are never reused, so a read that resolved one before
+// it was freed still finds its bytes.
+func (v *View) takePages(n int) uint64 {
+	at := v.nextPage
+	v.nextPage += uint64(n)
+	return at
+}
+
+// growSlotLocked moves open slot ref to a larger one that holds the
+// block's first need bytes (twice its pages at least, so a growing block
+// moves a few times, not at every write); the old one is freed.
+func (v *View) growSlotLocked(ref *blockRef, need int64) error {
+	pages := len(ref.CRCs)
+	n := min(pages, max(pagesFor(need), 2*ref.capPages()))
+	f := v.files[v.activeLayer()]
+	buf := getBlockBuf(v.bs)
+	defer putBlockBuf(buf)
+	held := buf[:ref.capBytes()]
+	if err := readFull(f, held, ref.off()); err != nil {
+		return err
+	}
+	at := v.takePages(n)
+	if _, err := f.WriteAt(held, int64(at)*pageSize); err != nil {
+		// What the slot had is still in the old one; the pages taken
+		// are covered by the data file (reserveSlotsLocked).
+		return mapOSErr(err)
+	}
+	v.freed = append(v.freed, ref.span())
+	ref.Slot, ref.Pages = at, uint32(n)
+	if n == pages {
+		ref.Pages = 0
+	}
+	return nil
+}
+
+// slotsGrowLocked reports whether a write of [off, end) of st meets an
+// open slot too short for it.
+func (v *View) slotsGrowLocked(st *inodeState, off, end int64) bool {
+	if len(st.active) == 0 || end <= off {
+		return false
+	}
+	for blk := uint64(off / v.bs); blk <= uint64((end-1)/v.bs); blk++ {
+		ref, ok := st.active[blk]
+		if ok && !ref.sealed() && ref.capBytes() < min(v.bs, end-int64(blk)*v.bs) {
+			return true
+		}
+	}
+	return false
 }
 
 // allocatedBelowLocked reports whether the block a copy-up of blk starts
@@ -396,8 +496,27 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 	if off < 0 {
 		return 0, ErrInvalid
 	}
-	v.ioMu.RLock()
-	defer v.ioMu.RUnlock()
+	n, err := v.writeAt(ino, p, off, appendMode, false)
+	if err == errSlotsGrow {
+		// Writes share ioMu while they copy into their slots; moving a
+		// slot takes it alone (writableSlotLocked).
+		n, err = v.writeAt(ino, p, off, appendMode, true)
+	}
+	return n, err
+}
+
+// errSlotsGrow tells WriteAt that the write must move a slot, which it
+// does holding ioMu alone.
+var errSlotsGrow = errors.New("a slot must grow")
+
+func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) (int, error) {
+	if alone {
+		v.ioMu.Lock()
+		defer v.ioMu.Unlock()
+	} else {
+		v.ioMu.RLock()
+		defer v.ioMu.RUnlock()
+	}
 	v.mu.Lock()
 	if err := v.checkWritable(); err != nil {
 		v.mu.Unlock()
@@ -422,6 +541,10 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 	if err := v.ensureBlocks(st); err != nil {
 		v.mu.Unlock()
 		return 0, err
+	}
+	if !alone && v.slotsGrowLocked(st, off, off+int64(len(p))) {
+		v.mu.Unlock()
+		return 0, errSlotsGrow
 	}
 	// A write into slots a fallocate reserved needs no data space, only
 	// the metadata the reserve is kept for.
@@ -452,12 +575,13 @@ func (v *View) WriteAt(ino uint64, p []byte, off int64, appendMode bool) (int, e
 		blk := uint64(pos / v.bs)
 		inBl := pos % v.bs
 		l := min(v.bs-inBl, end-pos)
-		ref, err := v.writableSlotLocked(st, blk, inBl, inBl+l)
+		ref, err := v.writableSlotLocked(st, blk, inBl, inBl+l, inBl+l)
 		if err != nil {
+			_ = v.reserveSlotsLocked(v.files[v.activeLayer()])
 			v.mu.Unlock()
 			return 0, err
 		}
-		pieces = append(pieces, piece{int64(ref.Slot)*v.bs + inBl, p[pos-off : pos-off+l], ref, inBl, inBl + l})
+		pieces = append(pieces, piece{ref.off() + inBl, p[pos-off : pos-off+l], ref, inBl, inBl + l})
 		pos += l
 	}
 	v.allocAfterLocked(st, track)
@@ -510,21 +634,24 @@ func (v *View) truncateLocked(st *inodeState, size int64) error {
 		if size%v.bs != 0 {
 			blk := uint64(size / v.bs)
 			inBl := size % v.bs
-			ref, err := v.writableSlotLocked(st, blk, 0, 0)
+			ref, err := v.writableSlotLocked(st, blk, 0, 0, 0)
 			if err != nil {
 				return err
 			}
-			zeros := make([]byte, v.bs-inBl)
-			if _, err := v.files[v.activeLayer()].WriteAt(zeros, int64(ref.Slot)*v.bs+inBl); err != nil {
-				return mapOSErr(err)
+			// Past its slot the block reads as zeros already.
+			if held := ref.capBytes(); inBl < held {
+				zeros := make([]byte, held-inBl)
+				if _, err := v.files[v.activeLayer()].WriteAt(zeros, ref.off()+inBl); err != nil {
+					return mapOSErr(err)
+				}
+				touchPages(ref, inBl, held)
 			}
-			touchPages(ref, inBl, v.bs)
 		}
 		first := uint64((size + v.bs - 1) / v.bs)
 		for blk, ref := range st.active {
 			if blk >= first {
 				delete(st.active, blk)
-				v.freed = append(v.freed, ref.Slot)
+				v.freed = append(v.freed, ref.span())
 				v.removed = true
 				v.markBlock(st, blk)
 			}
@@ -560,7 +687,8 @@ func (v *View) reservedLocked(st *inodeState, off, n int64) bool {
 		return false
 	}
 	for blk := uint64(off / v.bs); blk <= uint64((off+n-1)/v.bs); blk++ {
-		if ref, ok := st.active[blk]; !ok || ref.sealed() {
+		// A slot too short for the write moves to a new one.
+		if ref, ok := st.active[blk]; !ok || ref.sealed() || ref.capBytes() < min(v.bs, off+n-int64(blk)*v.bs) {
 			return false
 		}
 	}
@@ -648,12 +776,12 @@ func (v *View) Allocate(ino uint64, off, length int64, keepSize bool) error {
 		return mapOSErr(err)
 	}
 	for blk := first; blk <= last; blk++ {
-		ref, err := v.writableSlotLocked(st, blk, 0, 0)
+		ref, err := v.writableSlotLocked(st, blk, 0, 0, v.bs)
 		if err != nil {
 			return err
 		}
 		ref.alloc = true
-		at := int64(ref.Slot) * v.bs
+		at := ref.off()
 		if at != runEnd {
 			if err := flush(); err != nil {
 				return err
@@ -721,11 +849,11 @@ func (v *View) zero(ino uint64, off, length int64, keepSize, alloc bool) error {
 		lo, hi := pos-start, min(zend-start, v.bs)
 		switch {
 		case lo == 0 && hi == v.bs && alloc:
-			ref, err := v.writableSlotLocked(st, blk, 0, v.bs)
+			ref, err := v.writableSlotLocked(st, blk, 0, v.bs, v.bs)
 			if err != nil {
 				return err
 			}
-			if err := zeroSlot(f, int64(ref.Slot)*v.bs, v.bs); err != nil {
+			if err := zeroSlot(f, ref.off(), v.bs); err != nil {
 				return err
 			}
 			for i := range ref.CRCs {
@@ -736,13 +864,12 @@ func (v *View) zero(ino uint64, off, length int64, keepSize, alloc bool) error {
 			fresh = true // a seal since Allocate may have moved it to a new slot
 		case lo == 0 && hi == v.bs:
 			if old, ok := st.active[blk]; ok {
-				v.freed = append(v.freed, old.Slot)
+				v.freed = append(v.freed, old.span())
 				v.removed = true
 				v.punchSoon = true // the caller asked for the space back
 			}
 			pages := int(v.bs / pageSize)
-			ref := &blockRef{Slot: v.nextSlot, open: true, dirty: make([]bool, pages), CRCs: make([]uint32, pages)}
-			v.nextSlot++
+			ref := &blockRef{Slot: v.takePages(pages), open: true, dirty: make([]bool, pages), CRCs: make([]uint32, pages)}
 			for i := range ref.CRCs {
 				ref.CRCs[i] = zeroPageCRC
 			}
@@ -750,11 +877,11 @@ func (v *View) zero(ino uint64, off, length int64, keepSize, alloc bool) error {
 			v.markBlock(st, blk)
 			fresh = true
 		default:
-			ref, err := v.writableSlotLocked(st, blk, lo, hi)
+			ref, err := v.writableSlotLocked(st, blk, lo, hi, hi)
 			if err != nil {
 				return err
 			}
-			if _, err := f.WriteAt(make([]byte, hi-lo), int64(ref.Slot)*v.bs+lo); err != nil {
+			if _, err := f.WriteAt(make([]byte, hi-lo), ref.off()+lo); err != nil {
 				return mapOSErr(err)
 			}
 			touchPages(ref, lo, hi)
@@ -799,7 +926,7 @@ func (v *View) reserveSlotsLocked(f *os.File) error {
 	if err != nil {
 		return mapOSErr(err)
 	}
-	if want := int64(v.nextSlot) * v.bs; fi.Size() < want {
+	if want := int64(v.nextPage) * pageSize; fi.Size() < want {
 		v.dataGen++
 		if err := f.Truncate(want); err != nil {
 			return fmt.Errorf("reserve data slots: %w", mapOSErr(err))

@@ -82,7 +82,7 @@ func (v *View) fingerprintLocked(st *inodeState, trustBase bool) (string, error)
 				if buf == nil {
 					buf = make([]byte, v.bs)
 				}
-				if err := readFull(src.f, buf, src.off); err != nil {
+				if err := src.readSlot(buf, 0); err != nil {
 					return "", err
 				}
 				crcs = pageCRCs(buf)

@@ -94,6 +94,11 @@ func (v *View) quiesce(during func()) error {
 	var syncErr error
 	synced := make(chan struct{})
 	if f := v.files[v.activeLayer()]; f != nil {
+		// The seal below stores records of slots that may end past what
+		// was written: the sync covers their size (sealLocked).
+		if err := v.reserveSlotsLocked(f); err != nil {
+			return err
+		}
 		go func() {
 			defer close(synced)
 			syncErr = fdatasync(f)

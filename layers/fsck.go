@@ -267,7 +267,10 @@ func (s *Store) Fsck() (FsckReport, error) {
 func (s *Store) checkBlockLive(f *os.File, layer string, ino, blk uint64, ref blockRef, bs int64) (int, error) {
 	buf := make([]byte, bs)
 	for try := 0; ; try++ {
-		if err := readFull(f, buf, int64(ref.Slot)*bs); err != nil {
+		// Past its slot the block reads as zeros.
+		held := min(bs, ref.capBytes())
+		clear(buf[held:])
+		if err := readFull(f, buf[:held], ref.off()); err != nil {
 			return -1, err
 		}
 		page := failingPage(buf, ref.CRCs)
@@ -281,7 +284,7 @@ func (s *Store) checkBlockLive(f *os.File, layer string, ino, blk uint64, ref bl
 		if !found {
 			return -1, nil
 		}
-		if now.Slot == ref.Slot && slices.Equal(now.CRCs, ref.CRCs) {
+		if now.Slot == ref.Slot && now.Pages == ref.Pages && slices.Equal(now.CRCs, ref.CRCs) {
 			return page, nil
 		}
 		ref = now

@@ -285,12 +285,12 @@ func TestFsckFollowsMovedBlocks(t *testing.T) {
 	// Damage under a record that stays put is reported.
 	now0 := record(0)
 	bad := make([]byte, 1)
-	_, err = data.ReadAt(bad, int64(now0.Slot)*MinBlockSize)
+	_, err = data.ReadAt(bad, now0.off())
 	ok(t, "read", err)
 	bad[0] ^= 0xff
 	w, err := os.OpenFile(e.store.dataPath(act), os.O_WRONLY, 0)
 	ok(t, "open for damage", err)
-	_, err = w.WriteAt(bad, int64(now0.Slot)*MinBlockSize)
+	_, err = w.WriteAt(bad, now0.off())
 	ok(t, "damage", err)
 	ok(t, "close", w.Close())
 	check("damaged block", 0, now0, 0)

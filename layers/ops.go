@@ -516,7 +516,7 @@ func (v *View) purge(b *batch, st *inodeState) {
 	st.dirtyBlocks = nil
 	for blk, ref := range st.active {
 		b.kv = append(b.kv, kv{key: keyBlock(v.activeLayer(), st.ino, blk), del: true})
-		v.freed = append(v.freed, ref.Slot)
+		v.freed = append(v.freed, ref.span())
 		v.removed = true
 	}
 	if v.existsBelow(st) {

@@ -1,12 +1,14 @@
 package layers
 
 import (
+	"cmp"
 	"container/list"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"math"
+
 	"os"
 	"path"
 	"slices"
@@ -191,12 +193,12 @@ type View struct {
 	opens    map[uint64]int
 	dirty    map[uint64]*inodeState
 	files    map[string]*os.File // data file of each layer in the stack
-	nextSlot uint64
-	freed    []uint64 // slots of the active layer no block uses any more
+	nextPage uint64              // the first page of the active layer's data file no slot holds
+	freed    []slotSpan          // slots of the active layer no block uses any more
 	// punchable are freed slots of the active layer whose freeing is
 	// durable: the journal loop gives their space back, so an fsync(2)
 	// does not wait for the hole punching.
-	punchable []uint64
+	punchable []slotSpan
 	punchReq  chan struct{}
 	punchSoon bool // a punch-hole freed slots: the next Sync punches them itself
 	// removed: a removal, truncate or punch freed slots since the journal
@@ -231,12 +233,17 @@ type View struct {
 	holds   []uint64
 	kick    chan struct{}
 	written atomic.Bool // data was written since the last writeback
-	// spareReq asks the journal loop for a spare data file; spare (under
-	// mu) is its path, or "".
-	spareReq chan struct{}
-	spare    string
-	stop     chan struct{}
-	stopped  chan struct{}
+	// spareReq asks the journal loop for spare data files; spares (under
+	// mu) are those made, open, oldest first. ready is the
+	// spare that became a new active layer's data file, which the
+	// restack onto that layer takes (readyLayer names it) without
+	// opening it again.
+	spareReq   chan struct{}
+	spares     []spareFile
+	ready      *os.File
+	readyLayer string
+	stop       chan struct{}
+	stopped    chan struct{}
 }
 
 // OpenView opens the live view of a sandbox. Only one view per sandbox may
@@ -406,7 +413,7 @@ func (v *View) restackLocked(stack []string, changed *changedKeys) error {
 	v.gone = map[uint64]uint64{}
 	v.dirty = map[uint64]*inodeState{}
 	v.files = map[string]*os.File{}
-	v.nextSlot = 0
+	v.nextPage = 0
 	v.dataGen++ // a new active data file: the next Sync syncs it
 	// Callers that know the new active layer is empty say so (complete).
 	v.pre = newPreImages(false)
@@ -417,18 +424,32 @@ func (v *View) restackLocked(stack []string, changed *changedKeys) error {
 	if v.ro {
 		flags = os.O_RDONLY
 	}
+	ready, readyLayer := v.ready, v.readyLayer
+	v.ready, v.readyLayer = nil, ""
+	if ready != nil && readyLayer != stack[0] {
+		ready.Close()
+		ready = nil
+	}
+	if ready != nil {
+		// A spare, empty.
+		v.files[stack[0]] = ready
+		v.nextPage = 0
+		return nil
+	}
 	f, err := os.OpenFile(v.s.dataPath(stack[0]), flags, 0o600)
 	if err != nil && !(v.ro && os.IsNotExist(err)) {
 		return fmt.Errorf("layer %s data: %w", stack[0], mapOSErr(err))
 	}
-	v.nextSlot = 0
+	v.nextPage = 0
 	if f != nil {
 		v.files[stack[0]] = f
 		fi, err := f.Stat()
 		if err != nil {
 			return err
 		}
-		v.nextSlot = uint64((fi.Size() + v.bs - 1) / v.bs)
+		// From the next block boundary on: a whole slot handed out last,
+		// into which nothing was written past its first pages, ends there.
+		v.nextPage = uint64((fi.Size()+v.bs-1)/v.bs) * uint64(v.bs/pageSize)
 	}
 	return nil
 }
@@ -451,9 +472,14 @@ func (v *View) Close() error {
 	v.punchPending()
 	v.mu.Lock()
 	v.closed = true
-	if v.spare != "" {
-		os.Remove(v.spare)
-		v.spare = ""
+	for _, sp := range v.spares {
+		sp.f.Close()
+		os.Remove(sp.path)
+	}
+	v.spares = nil
+	if v.ready != nil {
+		v.ready.Close()
+		v.ready = nil
 	}
 	for _, f := range v.files {
 		f.Close()
@@ -562,40 +588,67 @@ func (v *View) takeRemoved() bool {
 	return r && len(v.freed) > 0
 }
 
-// makeSpare creates a spare data file for the next active layer.
+// makeSpare creates spare data files for the next active layers, up to
+// keepSpares.
 func (v *View) makeSpare() {
+	for v.makeOneSpare() {
+	}
+}
+
+// spareFile is a spare data file, open.
+type spareFile struct {
+	path string
+	f    *os.File
+}
+
+// keepSpares is how many spare data files a view keeps ready: an agent
+// may checkpoint and roll back within the time it takes to make one
+// behind a busy disk.
+const keepSpares = 2
+
+// makeOneSpare makes a spare data file when the view keeps fewer than
+// keepSpares; it reports whether it made one.
+func (v *View) makeOneSpare() bool {
 	v.mu.Lock()
-	have := v.spare != "" || v.closed
+	have := len(v.spares) >= keepSpares || v.closed
 	v.mu.Unlock()
 	if have {
-		return
+		return false
 	}
 	p := v.s.sparePath(NewID())
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return // the next layer creates its data file itself
+		return false // the next layer creates its data file itself
 	}
-	f.Close()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.spare != "" || v.closed {
+	if len(v.spares) >= keepSpares || v.closed {
+		f.Close()
 		os.Remove(p)
-		return
+		return false
 	}
-	v.spare = p
+	v.spares = append(v.spares, spareFile{p, f})
+	return true
 }
 
 // useSpareLocked makes the spare data file, if there is one, the data
 // file of layer (a new active layer, which has none yet), and asks for
-// another.
+// another. The restack onto layer takes the open file (ready).
 func (v *View) useSpareLocked(layer string) {
-	if v.spare == "" {
+	if len(v.spares) == 0 {
 		return
 	}
-	if err := os.Rename(v.spare, v.s.dataPath(layer)); err != nil {
-		os.Remove(v.spare)
+	sp := v.spares[0]
+	v.spares = v.spares[1:]
+	if err := os.Rename(sp.path, v.s.dataPath(layer)); err != nil {
+		sp.f.Close()
+		os.Remove(sp.path)
+	} else {
+		if v.ready != nil {
+			v.ready.Close()
+		}
+		v.ready, v.readyLayer = sp.f, layer
 	}
-	v.spare = ""
 	select {
 	case v.spareReq <- struct{}{}:
 	default:
@@ -853,7 +906,7 @@ const punchBatch = 64
 // keepFreed gives slots freed in data file f back to the view after a
 // sync that failed, so a later one punches them; if the view moved to
 // another stack meanwhile, the space stays until the layer is collected.
-func (v *View) keepFreed(f *os.File, freed []uint64) {
+func (v *View) keepFreed(f *os.File, freed []slotSpan) {
 	if len(freed) == 0 {
 		return
 	}
@@ -892,7 +945,7 @@ func (v *View) punchPending() {
 
 // takeFreedLocked hands over the slots freed so far; they may be punched
 // once the changes that freed them are durable.
-func (v *View) takeFreedLocked() []uint64 {
+func (v *View) takeFreedLocked() []slotSpan {
 	freed := v.freed
 	v.freed = nil
 	return freed
@@ -904,25 +957,26 @@ func (v *View) takeFreedLocked() []uint64 {
 // began before the slots were freed (punchPending). f may be closed
 // meanwhile (a repoint): the descriptor is held while it is used, so a
 // number the kernel gave to another file is never punched.
-func (v *View) punchLocked(f *os.File, slots []uint64) {
+func (v *View) punchLocked(f *os.File, slots []slotSpan) {
 	if f == nil {
 		return
 	}
 	slots = slices.Clone(slots)
-	slices.Sort(slots)
+	slices.SortFunc(slots, func(a, b slotSpan) int { return cmp.Compare(a.at, b.at) })
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return
 	}
 	_ = rc.Control(func(fd uintptr) {
 		for i := 0; i < len(slots); {
+			at, end := slots[i].at, slots[i].at+slots[i].n
 			j := i + 1
-			for j < len(slots) && slots[j] <= slots[j-1]+1 {
-				j++
+			for ; j < len(slots) && slots[j].at <= end; j++ {
+				end = max(end, slots[j].at+slots[j].n)
 			}
 			// Errors are harmless: a file system without hole punching
 			// keeps the space until the layer is collected.
-			_ = unix.Fallocate(int(fd), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(slots[i])*v.bs, int64(slots[j-1]-slots[i]+1)*v.bs)
+			_ = unix.Fallocate(int(fd), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(at)*pageSize, int64(end-at)*pageSize)
 			i = j
 		}
 	})
@@ -938,12 +992,21 @@ func (v *View) sealLocked() error {
 	}
 	act := v.activeLayer()
 	f := v.files[act]
-	buf := make([]byte, pageSize)
+	// The records stored below name slots past what was written to them
+	// (a short slot keeps room to grow): the data file, whose size syncs
+	// with the data, covers them, so the next view hands out none of
+	// their pages again.
+	if err := v.reserveSlotsLocked(f); err != nil {
+		return err
+	}
 	ids := make([]uint64, 0, len(v.dirty))
 	for ino := range v.dirty {
 		ids = append(ids, ino)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	if err := v.checksumDirtyLocked(f, ids); err != nil {
+		return err
+	}
 	for _, ino := range ids {
 		st := v.dirty[ino]
 		var op []kv
@@ -959,17 +1022,6 @@ func (v *View) sealLocked() error {
 				continue
 			}
 			if !ref.sealed() {
-				// Only the pages written since the slot was filled are read.
-				for p, d := range ref.dirty {
-					if !d {
-						continue
-					}
-					page := buf[:pageSize]
-					if err := readFull(f, page, int64(ref.Slot)*v.bs+int64(p)*pageSize); err != nil {
-						return fmt.Errorf("seal inode %d block %d: %w", ino, b, err)
-					}
-					ref.CRCs[p] = crc32.Checksum(page, castagnoli())
-				}
 				st.allocKnown = false // a page of zeros is a hole now
 				ref.open, ref.dirty = false, nil
 			}
@@ -983,6 +1035,66 @@ func (v *View) sealLocked() error {
 		v.queue(op)
 	}
 	v.dirty = map[uint64]*inodeState{}
+	return nil
+}
+
+// sealRun bounds the pages sealing reads in one call.
+const sealRun = 256
+
+// checksumDirtyLocked computes the checksums of the pages written since
+// their slots were filled, of the open slots of inodes ids: it reads them
+// from data file f in runs of adjacent pages, since slots handed out one
+// after the other lie next to each other, so sealing a hundred small
+// edits costs a read or two, not a hundred. Nothing changes when a read
+// fails.
+func (v *View) checksumDirtyLocked(f *os.File, ids []uint64) error {
+	type dirtyPage struct {
+		off      int64
+		ref      *blockRef
+		p        int
+		ino, blk uint64
+	}
+	var pages []dirtyPage
+	for _, ino := range ids {
+		st := v.dirty[ino]
+		for b := range st.dirtyBlocks {
+			ref, ok := st.active[b]
+			if !ok || ref.sealed() {
+				continue
+			}
+			for p, d := range ref.dirty {
+				switch {
+				case d && p >= ref.capPages():
+					ref.CRCs[p] = zeroPageCRC // past the slot: zeros
+				case d:
+					pages = append(pages, dirtyPage{ref.off() + int64(p)*pageSize, ref, p, ino, b})
+				}
+			}
+		}
+	}
+	if len(pages) == 0 {
+		return nil
+	}
+	sort.Slice(pages, func(i, j int) bool { return pages[i].off < pages[j].off })
+	crcs := make([]uint32, len(pages))
+	buf := make([]byte, min(len(pages), sealRun)*pageSize)
+	for i := 0; i < len(pages); {
+		j := i + 1
+		for j < len(pages) && j-i < sealRun && pages[j].off == pages[j-1].off+pageSize {
+			j++
+		}
+		run := buf[:(j-i)*pageSize]
+		if err := readFull(f, run, pages[i].off); err != nil {
+			return fmt.Errorf("seal inode %d block %d: %w", pages[i].ino, pages[i].blk, err)
+		}
+		for k := i; k < j; k++ {
+			crcs[k] = crc32.Checksum(run[(k-i)*pageSize:(k-i+1)*pageSize], castagnoli())
+		}
+		i = j
+	}
+	for k, pg := range pages {
+		pg.ref.CRCs[pg.p] = crcs[k]
+	}
 	return nil
 }
 
