@@ -155,6 +155,15 @@ func TestBlockRefFirstLayout(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, r) || got.off() != 6*pageSize || got.capBytes() != 2*pageSize {
 		t.Fatalf("decode %x: got %+v, %v", old, got, err)
 	}
+	// The first layout's alloc flag, alone in its byte.
+	r.alloc = true
+	oldAlloc := append(append([]byte(nil), old...), blockRefAlloc)
+	if got := encodeBlockRef(r); !bytes.Equal(got, oldAlloc) {
+		t.Fatalf("encode %+v: got %x, want %x", r, got, oldAlloc)
+	}
+	if got, err := decodeBlockRef(oldAlloc); err != nil || !reflect.DeepEqual(got, r) {
+		t.Fatalf("decode %x: got %+v, %v", oldAlloc, got, err)
+	}
 }
 
 func TestBlockRefDamage(t *testing.T) {
