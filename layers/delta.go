@@ -318,7 +318,7 @@ func (v *View) pointEntry(dir uint64, name string) (*DirEntry, error) {
 	var found *entry
 	err = v.s.view(func(txn *badger.Txn) error {
 		for i, l := range v.stack {
-			if i > 0 && v.lacks(txn, l, dir, true) {
+			if i > 0 && v.lacksEntry(txn, l, dir, name) {
 				continue
 			}
 			item, err := txn.Get(keyEntry(l, dir, name))

@@ -14,6 +14,11 @@ import (
 type keySet struct {
 	inodes map[uint64]struct{}
 	dirs   map[uint64]struct{}
+	// names are the entries it holds, as hashes of directory and name
+	// (entryHash): a lookup of one name in a deep stack skips the layers
+	// that changed other names of its directory. nil: not known, any
+	// name of dirs may be there.
+	names map[uint64]struct{}
 }
 
 // holds tells whether the layer has a record of inode ino (its
@@ -29,7 +34,33 @@ func (ks *keySet) holds(ino uint64, dir bool) bool {
 	return ok
 }
 
-func (ks *keySet) size() int { return len(ks.inodes) + len(ks.dirs) + 1 }
+// holdsEntry tells whether the layer may hold the entry name of
+// directory dir: a hash that matches says yes for a name it lacks, which
+// costs only the store's answer.
+func (ks *keySet) holdsEntry(dir uint64, name string) bool {
+	if _, ok := ks.dirs[dir]; !ok {
+		return false
+	}
+	if ks.names == nil {
+		return true
+	}
+	_, ok := ks.names[entryHash(dir, name)]
+	return ok
+}
+
+// entryHash is FNV-1a of a directory's number and a name.
+func entryHash(dir uint64, name string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < 8; i++ {
+		h = (h ^ (dir >> (8 * i) & 0xff)) * 1099511628211
+	}
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint64(name[i])) * 1099511628211
+	}
+	return h
+}
+
+func (ks *keySet) size() int { return len(ks.inodes) + len(ks.dirs) + len(ks.names) + 1 }
 
 // layerCache keeps values of frozen and archived layers, which never
 // change, up to a bound of keys in all: the oldest go first, and one
@@ -115,7 +146,7 @@ func (c *keySetCache) put(layer string, ks *keySet) {
 // readKeySet reads the key set of layer l in txn; nil when the layer holds
 // more keys than the cache bound.
 func readKeySet(txn *badger.Txn, l string) *keySet {
-	ks := &keySet{inodes: map[uint64]struct{}{}, dirs: map[uint64]struct{}{}}
+	ks := &keySet{inodes: map[uint64]struct{}{}, dirs: map[uint64]struct{}{}, names: map[uint64]struct{}{}}
 	n := 1
 	for _, t := range []byte{tInode, tEntry} {
 		prefix := prefixLayerTable(t, l)
@@ -129,10 +160,15 @@ func readKeySet(txn *badger.Txn, l string) *keySet {
 				it.Close()
 				return nil
 			}
-			if t == tInode {
+			switch {
+			case t == tInode:
 				ks.inodes[beUint64(k)] = struct{}{}
-			} else {
+			case len(k) > 8 && k[8] == '/':
 				ks.dirs[beUint64(k)] = struct{}{}
+				ks.names[entryHash(beUint64(k), string(k[9:]))] = struct{}{}
+			default:
+				ks.dirs[beUint64(k)] = struct{}{}
+				ks.names = nil // a key not of the usual shape: any name may be there
 			}
 		}
 		it.Close()

@@ -124,12 +124,13 @@ type LayerDelta struct {
 // keySet is the key set of the layer.
 func (d *LayerDelta) keySet() *keySet {
 	d.setsOnce.Do(func() {
-		ks := &keySet{inodes: make(map[uint64]struct{}, len(d.Inodes)), dirs: map[uint64]struct{}{}}
+		ks := &keySet{inodes: make(map[uint64]struct{}, len(d.Inodes)), dirs: map[uint64]struct{}{}, names: make(map[uint64]struct{}, len(d.Entries))}
 		for _, c := range d.Inodes {
 			ks.inodes[c.Ino] = struct{}{}
 		}
 		for _, c := range d.Entries {
 			ks.dirs[c.Dir] = struct{}{}
+			ks.names[entryHash(c.Dir, c.Name)] = struct{}{}
 		}
 		d.sets = ks
 	})

@@ -1231,16 +1231,30 @@ func (v *View) baseRec(origin string) (*Inode, int64, error) {
 // hold nothing of a given key, and asking the store for it in each layer
 // is most of a lookup's cost.
 func (v *View) lacks(txn *badger.Txn, l string, ino uint64, dir bool) bool {
-	var ks *keySet
+	ks := v.keySetOf(txn, l)
+	return ks != nil && !ks.holds(ino, dir)
+}
+
+// lacksEntry reports whether frozen layer l surely holds no entry name in
+// directory dir.
+func (v *View) lacksEntry(txn *badger.Txn, l string, dir uint64, name string) bool {
+	ks := v.keySetOf(txn, l)
+	return ks != nil && !ks.holdsEntry(dir, name)
+}
+
+// keySetOf is frozen layer l's key set, or nil when it is too large to keep.
+func (v *View) keySetOf(txn *badger.Txn, l string) *keySet {
 	if d := v.s.deltas.get(l); d != nil {
-		ks = d.keySet()
-	} else if ks = v.s.keySets.get(l); ks == nil {
-		if ks = readKeySet(txn, l); ks == nil {
-			return false
-		}
+		return d.keySet()
+	}
+	if ks := v.s.keySets.get(l); ks != nil {
+		return ks
+	}
+	ks := readKeySet(txn, l)
+	if ks != nil {
 		v.s.keySets.put(l, ks)
 	}
-	return !ks.holds(ino, dir)
+	return ks
 }
 
 func (v *View) getDir(ino uint64) (*dirState, *inodeState, error) {
