@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -351,22 +352,28 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 		if err := getJSON(txn, keySandbox(name), &info); err != nil {
 			return fmt.Errorf("sandbox %s: %w", name, err)
 		}
-		// Each layer record is read once: a rollback's cost grows with
-		// the depth of the stack, so the target's chain is the old
-		// stack's tail when it lies on it (a rollback), read only
-		// otherwise (a restore).
-		old, err := chainInfos(txn, info.Head)
+		// A rollback's target lies on the chain from the head: only the
+		// records from the head down to it are read (the layers that
+		// leave, and the target), and the chain below it is the live
+		// view's stack's tail, so a rollback costs the same at any depth.
+		// A restore (the target off the chain) reads both chains.
+		old, onChain, err := chainTo(txn, info.Head, parent)
 		if err != nil {
 			return err
 		}
 		var newInfos []LayerInfo
-		for i, l := range old {
-			if l.ID == parent {
-				newInfos = old[i:]
-				break
+		var newChain []string
+		if onChain {
+			newInfos = old[len(old)-1:]
+			old = old[:len(old)-1]
+			if v != nil {
+				k := len(old)
+				if len(v.stack) <= k || !slices.Equal(v.stack[:k], layerIDs(old)) || v.stack[k] != parent {
+					return fmt.Errorf("sandbox %s: the live view's stack %v is not the stored chain: %w", name, v.stack, ErrCorrupt)
+				}
+				newChain = v.stack[k:]
 			}
-		}
-		if newInfos == nil {
+		} else if parent != "" {
 			if newInfos, err = chainInfos(txn, parent); err != nil {
 				return err
 			}
@@ -375,7 +382,9 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 		if len(newInfos) > 0 && newInfos[0].State == StateActive {
 			return fmt.Errorf("layer %s is the active layer: %w", parent, ErrInvalid)
 		}
-		newChain := layerIDs(newInfos)
+		if newChain == nil {
+			newChain = layerIDs(newInfos)
+		}
 		in := map[string]bool{}
 		for _, id := range newChain {
 			in[id] = true

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
@@ -419,4 +420,79 @@ func TestRemoveWhatAFrozenLayerCreated(t *testing.T) {
 		t.Fatalf("snapshot f: got %q", got)
 	}
 	lookup(t, sv, RootIno, "d")
+}
+
+// TestChainTo: the records from the head down to a target on the chain,
+// and the whole chain when the target is not on it; a cycle is damage.
+func TestChainTo(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	l1 := freeze(t, e.store, e.name)
+	l2 := freeze(t, e.store, e.name)
+	l3 := freeze(t, e.store, e.name)
+	info, err := e.store.Sandbox(e.name)
+	ok(t, "sandbox", err)
+	head := info.Head
+	for _, c := range []struct {
+		target  string
+		want    []string
+		onChain bool
+	}{
+		{head, []string{head}, true},
+		{l2, []string{head, l3, l2}, true},
+		{l1, []string{head, l3, l2, l1}, true},
+		{"", []string{head, l3, l2, l1}, false},
+		{"elsewhere", []string{head, l3, l2, l1}, false},
+	} {
+		var got []LayerInfo
+		var on bool
+		ok(t, "view", e.store.db.View(func(txn *badger.Txn) error {
+			var err error
+			got, on, err = chainTo(txn, head, c.target)
+			return err
+		}))
+		if !slices.Equal(layerIDs(got), c.want) || on != c.onChain {
+			t.Errorf("chain to %q: %v, %v; want %v, %v", c.target, layerIDs(got), on, c.want, c.onChain)
+		}
+	}
+	// l1 made its own grandparent.
+	ok(t, "update", e.store.db.Update(func(txn *badger.Txn) error {
+		var l LayerInfo
+		if err := getJSON(txn, keyLayer(l1), &l); err != nil {
+			return err
+		}
+		l.Parent = l2
+		return putJSON(txn, keyLayer(l1), l)
+	}))
+	err = e.store.db.View(func(txn *badger.Txn) error {
+		_, _, err := chainTo(txn, head, "")
+		return err
+	})
+	wantErr(t, "chain with a cycle", err, ErrCorrupt)
+}
+
+// TestRepointRefusesAStackNotStored: a rollback takes the chain below its
+// target from the live view's stack; a view whose stack is not the stored
+// chain is refused as damage, and nothing moves.
+func TestRepointRefusesAStackNotStored(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	defer v.Close()
+	l1 := freeze(t, e.store, e.name)
+	freeze(t, e.store, e.name)
+	before, err := e.store.Sandbox(e.name)
+	ok(t, "sandbox", err)
+	v.mu.Lock()
+	kept := v.stack
+	v.stack = append([]string{kept[0], "not-a-layer"}, kept[2:]...)
+	v.mu.Unlock()
+	_, err = e.store.Repoint(e.name, l1, func(*Txn, []string, []string, string) error { return nil })
+	v.mu.Lock()
+	v.stack = kept
+	v.mu.Unlock()
+	wantErr(t, "repoint with a stack not stored", err, ErrCorrupt)
+	after, err := e.store.Sandbox(e.name)
+	ok(t, "sandbox", err)
+	if after.Head != before.Head {
+		t.Fatalf("the head moved from %s to %s", before.Head, after.Head)
+	}
 }

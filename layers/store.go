@@ -465,6 +465,29 @@ func chainInfos(txn *badger.Txn, top string) ([]LayerInfo, error) {
 	return stack, nil
 }
 
+// chainTo reads the layer records of the chain from top down to target:
+// with onChain, the last is target's; otherwise target is not on it (or
+// is "") and the whole chain was read.
+func chainTo(txn *badger.Txn, top, target string) (chain []LayerInfo, onChain bool, err error) {
+	seen := map[string]bool{}
+	for id := top; id != ""; {
+		if seen[id] {
+			return nil, false, fmt.Errorf("layer %s: parent cycle: %w", id, ErrCorrupt)
+		}
+		seen[id] = true
+		var l LayerInfo
+		if err := getJSON(txn, keyLayer(id), &l); err != nil {
+			return nil, false, fmt.Errorf("layer %s: %w", id, err)
+		}
+		chain = append(chain, l)
+		if id == target {
+			return chain, true, nil
+		}
+		id = l.Parent
+	}
+	return chain, false, nil
+}
+
 func layerIDs(infos []LayerInfo) []string {
 	ids := make([]string, len(infos))
 	for i, l := range infos {
