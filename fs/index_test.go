@@ -109,7 +109,13 @@ func TestOldGenerationForgotten(t *testing.T) {
 	mustNil(t, "remove", os.Remove(sb.path("f")))
 	ino := sb.m.index.known(fileIno(t, cur))
 	if len(ino) != 2 {
-		t.Fatalf("inodes of f's number: %d, want the old and the current one", len(ino))
+		// What tells a missed generation from a lookup that never came.
+		var gens []string
+		for _, in := range ino {
+			//lint:ignore SA1019 a diagnostic
+			gens = append(gens, fmt.Sprintf("gen %d forgotten %v", in.StableAttr().Gen, in.Forgotten()))
+		}
+		t.Fatalf("inodes of f's number: %d (%v; f's generation now %d), want the old and the current one", len(ino), gens, sb.m.gens.file(fileIno(t, cur)))
 	}
 	// The old inode goes: its handle closes and the kernel drops it.
 	mustNil(t, "close old", old.Close())
