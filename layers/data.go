@@ -408,7 +408,8 @@ func (v *View) growSlotLocked(ref *blockRef, need int64) error {
 	at := v.takePages(n)
 	if _, err := f.WriteAt(held, int64(at)*pageSize); err != nil {
 		// What the slot had is still in the old one; the pages taken
-		// are covered by the data file (reserveSlotsLocked).
+		// are covered by the data file before the next seal
+		// (reserveForSealLocked).
 		return mapOSErr(err)
 	}
 	v.freed = append(v.freed, ref.span())
@@ -427,11 +428,17 @@ func (v *View) slotsGrowLocked(st *inodeState, off, end int64) bool {
 	}
 	for blk := uint64(off / v.bs); blk <= uint64((end-1)/v.bs); blk++ {
 		ref, ok := st.active[blk]
-		if ok && !ref.sealed() && ref.capBytes() < min(v.bs, end-int64(blk)*v.bs) {
+		if ok && !ref.sealed() && !v.slotHolds(ref, blk, end) {
 			return true
 		}
 	}
 	return false
+}
+
+// slotHolds reports whether ref, the slot of block blk, holds what a
+// write ending at file offset end puts into the block.
+func (v *View) slotHolds(ref *blockRef, blk uint64, end int64) bool {
+	return ref.capBytes() >= min(v.bs, end-int64(blk)*v.bs)
 }
 
 // allocatedBelowLocked reports whether the block a copy-up of blk starts
@@ -577,7 +584,6 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 		l := min(v.bs-inBl, end-pos)
 		ref, err := v.writableSlotLocked(st, blk, inBl, inBl+l, inBl+l)
 		if err != nil {
-			_ = v.reserveSlotsLocked(v.files[v.activeLayer()])
 			v.mu.Unlock()
 			return 0, err
 		}
@@ -688,7 +694,7 @@ func (v *View) reservedLocked(st *inodeState, off, n int64) bool {
 	}
 	for blk := uint64(off / v.bs); blk <= uint64((off+n-1)/v.bs); blk++ {
 		// A slot too short for the write moves to a new one.
-		if ref, ok := st.active[blk]; !ok || ref.sealed() || ref.capBytes() < min(v.bs, off+n-int64(blk)*v.bs) {
+		if ref, ok := st.active[blk]; !ok || ref.sealed() || !v.slotHolds(ref, blk, off+n) {
 			return false
 		}
 	}

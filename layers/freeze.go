@@ -92,14 +92,13 @@ func (v *View) quiesce(during func()) error {
 	if v.ro {
 		return ErrReadOnly
 	}
+	// Before the sync starts: it must cover the size.
+	if err := v.reserveForSealLocked(); err != nil {
+		return err
+	}
 	var syncErr error
 	synced := make(chan struct{})
 	if f := v.files[v.activeLayer()]; f != nil {
-		// The seal below stores records of slots that may end past what
-		// was written: the sync covers their size (sealLocked).
-		if err := v.reserveSlotsLocked(f); err != nil {
-			return err
-		}
 		go func() {
 			defer close(synced)
 			syncErr = fdatasync(f)

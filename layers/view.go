@@ -8,7 +8,6 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-
 	"os"
 	"path"
 	"slices"
@@ -431,9 +430,7 @@ func (v *View) restackLocked(stack []string, changed *changedKeys) error {
 		ready = nil
 	}
 	if ready != nil {
-		// A spare, empty.
-		v.files[stack[0]] = ready
-		v.nextPage = 0
+		v.files[stack[0]] = ready // a spare: empty, slots start at page 0
 		return nil
 	}
 	f, err := os.OpenFile(v.s.dataPath(stack[0]), flags, 0o600)
@@ -812,7 +809,10 @@ func (v *View) Sync() error {
 	// The seal's operations are the next ones queued: the writers that
 	// could queue others wait for mu.
 	hold := v.holdJournal()
-	err := v.sealLocked()
+	err := v.reserveForSealLocked()
+	if err == nil {
+		err = v.sealLocked()
+	}
 	v.jmu.Lock()
 	sealed := v.jqueued // the last operation this Sync's data sync covers
 	v.jmu.Unlock()
@@ -982,6 +982,18 @@ func (v *View) punchLocked(f *os.File, slots []slotSpan) {
 	})
 }
 
+// reserveForSealLocked grows the active layer's data file, before a seal
+// and the data sync that follows it, to cover every slot handed out: the
+// records the seal stores name slots past what was written to them (a
+// short slot keeps room to grow), and the file's size, synced with the
+// data, keeps the next view from handing out any of their pages again.
+func (v *View) reserveForSealLocked() error {
+	if v.ro || len(v.dirty) == 0 {
+		return nil
+	}
+	return v.reserveSlotsLocked(v.files[v.activeLayer()])
+}
+
 // sealLocked computes the checksums of every written block and queues the
 // block map and records of every dirty inode. A sealed block is never
 // written in place again: the next write copies it to a new slot, so a
@@ -992,13 +1004,6 @@ func (v *View) sealLocked() error {
 	}
 	act := v.activeLayer()
 	f := v.files[act]
-	// The records stored below name slots past what was written to them
-	// (a short slot keeps room to grow): the data file, whose size syncs
-	// with the data, covers them, so the next view hands out none of
-	// their pages again.
-	if err := v.reserveSlotsLocked(f); err != nil {
-		return err
-	}
 	ids := make([]uint64, 0, len(v.dirty))
 	for ino := range v.dirty {
 		ids = append(ids, ino)
