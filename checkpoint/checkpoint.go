@@ -128,24 +128,23 @@ func (m *Manager) CreateTx(sandbox string, o Options, extra func(tx *layers.Txn,
 		Step: o.Step, Decision: o.Decision, SourceTool: o.SourceTool, Phase: o.Phase,
 		Created: time.Now().UTC(),
 	}
-	info, err := m.store.Sandbox(sandbox)
-	if err != nil {
+	if _, err := m.store.Sandbox(sandbox); err != nil {
 		return Checkpoint{}, fmt.Errorf("checkpoint %s: %w", sandbox, err)
 	}
 	// Everything goes into the transaction that freezes the layer: the
 	// writers are stopped meanwhile, and a crash keeps all of it or none.
-	_, _, err = m.store.Freeze(sandbox, func(tx *layers.Txn, frozen, next string) error {
+	_, _, err := m.store.Freeze(sandbox, func(tx *layers.Txn, frozen, next string) error {
 		cp.Layer = frozen
 		hash, err := m.layerHash(tx, sandbox, frozen)
 		if err != nil {
 			return fmt.Errorf("state hash: %w", err)
 		}
 		cp.StateHash = hash
-		blocks, err := tx.LayerBlocks(frozen)
+		u, err := tx.LayerUsage(frozen)
 		if err != nil {
 			return err
 		}
-		cp.Bytes = blocks * int64(info.BlockSize)
+		cp.Bytes = u.Bytes
 		if err := tx.Set(keyLayerHash(frozen), []byte(hash)); err != nil {
 			return err
 		}

@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -142,8 +141,7 @@ type LayerReport struct {
 
 // Layers reports the layers of a sandbox (with archived ones on request).
 func (m *Manager) Layers(sandbox string, archived bool) ([]LayerReport, error) {
-	info, err := m.store.Sandbox(sandbox)
-	if err != nil {
+	if _, err := m.store.Sandbox(sandbox); err != nil {
 		return nil, err
 	}
 	ls, err := m.store.Layers(sandbox, archived)
@@ -152,7 +150,7 @@ func (m *Manager) Layers(sandbox string, archived bool) ([]LayerReport, error) {
 	}
 	out := make([]LayerReport, 0, len(ls))
 	for _, l := range ls {
-		r, err := m.report(l, info.BlockSize)
+		r, err := m.report(l)
 		if err != nil {
 			return nil, err
 		}
@@ -167,44 +165,15 @@ func (m *Manager) Inspect(id string) (LayerReport, error) {
 	if err != nil {
 		return LayerReport{}, err
 	}
-	info, err := m.store.Sandbox(l.Sandbox)
-	if errors.Is(err, layers.ErrNotFound) {
-		// Its sandbox was removed and a fork stands on it: forks keep
-		// their origin's block size.
-		info, err = m.sandboxOn(l.ID, err)
-	}
+	return m.report(l)
+}
+
+func (m *Manager) report(l layers.LayerInfo) (LayerReport, error) {
+	u, err := m.store.LayerUsage(l.ID)
 	if err != nil {
 		return LayerReport{}, err
 	}
-	return m.report(l, info.BlockSize)
-}
-
-// sandboxOn returns a sandbox whose stack contains layer, or notFound.
-func (m *Manager) sandboxOn(layer string, notFound error) (layers.SandboxInfo, error) {
-	sbs, err := m.store.Sandboxes()
-	if err != nil {
-		return layers.SandboxInfo{}, err
-	}
-	for _, sb := range sbs {
-		stack, err := m.store.Stack(sb.Name)
-		if err != nil {
-			return layers.SandboxInfo{}, err
-		}
-		for _, id := range stack {
-			if id == layer {
-				return sb, nil
-			}
-		}
-	}
-	return layers.SandboxInfo{}, notFound
-}
-
-func (m *Manager) report(l layers.LayerInfo, bs int) (LayerReport, error) {
-	blocks, files, err := m.store.LayerUsage(l.ID)
-	if err != nil {
-		return LayerReport{}, err
-	}
-	r := LayerReport{LayerInfo: l, Files: files, Blocks: blocks, Bytes: blocks * int64(bs)}
+	r := LayerReport{LayerInfo: l, Files: u.Files, Blocks: u.Blocks, Bytes: u.Bytes}
 	_ = m.store.View(func(tx *layers.Txn) error {
 		if id, err := tx.Get(keyLayerCP(l.ID)); err == nil {
 			r.Checkpoint = string(id)

@@ -99,8 +99,7 @@ func (m *Manager) repoint(sandbox, parent, toCheckpoint, restoring string) (Roll
 func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, extra func(tx *layers.Txn, archive string) error) (RollbackResult, error) {
 	start := time.Now()
 	ar := Archive{ID: layers.NewID(), Sandbox: sandbox, Created: start.UTC(), ToCheckpoint: toCheckpoint}
-	info, err := m.store.Sandbox(sandbox)
-	if err != nil {
+	if _, err := m.store.Sandbox(sandbox); err != nil {
 		return RollbackResult{}, err
 	}
 	// A mounted sandbox tells what changed from its layers' deltas as it
@@ -125,15 +124,13 @@ func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, ext
 				break
 			}
 		}
-		var blocks int64
 		for _, l := range left {
-			b, err := tx.LayerBlocks(l)
+			u, err := tx.LayerUsage(l)
 			if err != nil {
 				return err
 			}
-			blocks += b
+			ar.Bytes += u.Bytes
 		}
-		ar.Bytes = blocks * int64(info.BlockSize)
 		if restoring != "" {
 			b, err := tx.Get(keyArchive(restoring))
 			if err != nil {

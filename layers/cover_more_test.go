@@ -303,12 +303,12 @@ func TestInjectFaultOnRecordReads(t *testing.T) {
 		{"sandboxes", "", func() error { _, err := e.store.Sandboxes(); return err }},
 		{"stack", "sb", func() error { _, err := e.store.Stack("sb"); return err }},
 		{"layers", "sb", func() error { _, err := e.store.Layers("sb", true); return err }},
-		{"usage", l1, func() error { _, _, err := e.store.LayerUsage(l1); return err }},
+		{"usage", l1, func() error { _, err := e.store.LayerUsage(l1); return err }},
 		{"layer", l1, func() error {
 			return e.store.View(func(tx *Txn) error { _, err := tx.Layer(l1); return err })
 		}},
 		{"blocks", l1, func() error {
-			return e.store.View(func(tx *Txn) error { _, err := tx.LayerBlocks(l1); return err })
+			return e.store.View(func(tx *Txn) error { _, err := tx.LayerUsage(l1); return err })
 		}},
 	}
 	for _, c := range cases {

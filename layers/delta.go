@@ -484,8 +484,8 @@ func (v *View) otherName(ino uint64) (uint64, string, error) {
 					it.Close()
 					return fmt.Errorf("entry key %q: %w", it.Item().Key(), ErrCorrupt)
 				}
-				var e entry
-				if err := it.Item().Value(func(b []byte) error { var err error; e, err = decodeEntry(b); return err }); err != nil {
+				e, err := decodeItem(it.Item(), decodeEntry)
+				if err != nil {
 					it.Close()
 					return err
 				}
@@ -643,8 +643,8 @@ func scanLayerRecords(txn *badger.Txn, layer string, va, vb *View, entry func(en
 		}
 		ino := beUint64(k)
 		inode(ino)
-		var rec *Inode
-		if err := it.Item().Value(func(b []byte) error { var err error; rec, err = decodeInode(b); return err }); err != nil {
+		rec, err := decodeItem(it.Item(), decodeInode)
+		if err != nil {
 			return err
 		}
 		if rec.HasOrigin && ino != RootIno {

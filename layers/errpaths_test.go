@@ -220,12 +220,12 @@ func TestStoreCorruptRecords(t *testing.T) {
 	mkfile(t, v, RootIno, "f", "data")
 	ok(t, "close", v.Close())
 	l1 := freeze(t, s, "sb")
-	usage, _, err := s.LayerUsage(l1)
-	if err != nil || usage != 1 {
-		t.Fatalf("usage: got %d, %v", usage, err)
+	usage, err := s.LayerUsage(l1)
+	if err != nil || usage.Blocks != 1 {
+		t.Fatalf("usage: got %+v, %v", usage, err)
 	}
 	corrupt(t, s, append(prefixLayerTable(tBlock, l1), 1, 2, 3), []byte("x"))
-	_, _, err = s.LayerUsage(l1)
+	_, err = s.LayerUsage(l1)
 	wantErr(t, "usage with a bad block key", err, ErrCorrupt)
 
 	_, err = s.Layers("nope", false)

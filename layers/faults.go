@@ -19,7 +19,7 @@ import (
 // FaultFunc decides whether one transactional operation fails: op is
 // "get", "set", "delete", "scan", "pin" or "unpin", key the key, prefix or
 // layer it names; or one of the reads callers make of the store's own
-// records: "layer" (Txn.Layer) and "blocks" (Txn.LayerBlocks) with the
+// records: "layer" (Txn.Layer) and "blocks" (Txn.LayerUsage) with the
 // layer, "layers" (Store.Layers) and "stack" (Store.Stack) with the
 // sandbox, "usage" (Store.LayerUsage) with the layer, "sandboxes"
 // (Store.Sandboxes) with "", "compare" (Store.Compare) with the sandbox.

@@ -513,31 +513,54 @@ func (t *Txn) Sandbox(name string) (SandboxInfo, error) {
 	return info, nil
 }
 
-// LayerUsage counts the blocks a layer holds and the files they belong to.
-// A block is the sandbox's block size at most (less on a sparse tail).
-func (s *Store) LayerUsage(id string) (blocks int64, files int, err error) {
+// Usage is what a layer holds: its block map entries, the files they
+// belong to, and the bytes their slots take in the layer's data file (a
+// block copied up from a short file takes only the pages it needs, so
+// Bytes is what the layer costs on disk, not Blocks times the block size).
+type Usage struct {
+	Blocks int64
+	Files  int
+	Bytes  int64
+}
+
+// LayerUsage counts what a layer holds (Usage).
+func (s *Store) LayerUsage(id string) (Usage, error) {
 	if err := s.fault("usage", id); err != nil {
-		return 0, 0, err
+		return Usage{}, err
 	}
-	prefix := prefixLayerTable(tBlock, id)
-	var last []byte
-	err = s.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			k := it.Item().Key()
-			if len(k) != len(prefix)+17 {
-				return fmt.Errorf("block key %q: %w", k, ErrCorrupt)
-			}
-			blocks++
-			if ino := k[len(prefix) : len(prefix)+8]; string(ino) != string(last) {
-				files++
-				last = append(last[:0], ino...)
-			}
-		}
-		return nil
+	var u Usage
+	err := s.view(func(txn *badger.Txn) error {
+		var err error
+		u, err = layerUsage(txn, id)
+		return err
 	})
-	return blocks, files, err
+	return u, err
+}
+
+// layerUsage reads a layer's block records (LayerUsage).
+func layerUsage(txn *badger.Txn, layer string) (Usage, error) {
+	var u Usage
+	prefix := prefixLayerTable(tBlock, layer)
+	var last []byte
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		k := it.Item().Key()
+		if len(k) != len(prefix)+17 {
+			return Usage{}, fmt.Errorf("block key %q: %w", k, ErrCorrupt)
+		}
+		ref, err := decodeItem(it.Item(), decodeBlockRef)
+		if err != nil {
+			return Usage{}, fmt.Errorf("block %q of layer %s: %w", k, layer, err)
+		}
+		u.Blocks++
+		u.Bytes += ref.capBytes()
+		if ino := k[len(prefix) : len(prefix)+8]; string(ino) != string(last) {
+			u.Files++
+			last = append(last[:0], ino...)
+		}
+	}
+	return u, nil
 }
 
 // OpenSnapshot opens a read-only view of the stack whose top is layer

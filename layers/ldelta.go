@@ -107,8 +107,8 @@ type LayerDelta struct {
 	Layer   string
 	Entries []EntryChange
 	Inodes  []InodeChange
-	// Blocks counts the block map entries the layer holds.
-	Blocks int64
+	// Usage counts the blocks the layer holds.
+	Usage
 
 	// names says where each inode of Inodes is named below the layer and
 	// with it, for turning inodes into paths.
@@ -262,6 +262,12 @@ func (v *View) activeDeltaLocked() (d *LayerDelta, ok bool, err error) {
 				return nil, false, err
 			}
 			d.Blocks += int64(len(st.active))
+			if len(st.active) > 0 {
+				d.Files++
+			}
+			for _, r := range st.active {
+				d.Bytes += r.capBytes()
+			}
 		}
 	}
 	keys := make([]entryKey, 0, len(p.entries))
@@ -326,13 +332,8 @@ func (s *Store) computeDelta(sandbox, layer string) (*LayerDelta, error) {
 		if err != nil {
 			return err
 		}
-		prefix := prefixLayerTable(tBlock, layer)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		for it.Rewind(); it.Valid(); it.Next() {
-			d.Blocks++
-		}
-		it.Close()
-		return nil
+		d.Usage, err = layerUsage(txn, layer)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -429,20 +430,20 @@ func (t *Txn) keepDelta(d *LayerDelta) {
 	t.deltas[d.Layer] = d
 }
 
-// LayerBlocks counts the blocks a layer holds (LayerUsage), from its
-// delta when one is known.
-func (t *Txn) LayerBlocks(layer string) (int64, error) {
+// LayerUsage is Store.LayerUsage inside a transaction, answered from the
+// layer's delta when one is known.
+func (t *Txn) LayerUsage(layer string) (Usage, error) {
 	if err := t.fault("blocks", layer); err != nil {
-		return 0, err
+		return Usage{}, err
 	}
-	if d := t.deltas[layer]; d != nil {
-		return d.Blocks, nil
+	d := t.deltas[layer]
+	if d == nil {
+		d = t.s.deltas.get(layer)
 	}
-	if d := t.s.deltas.get(layer); d != nil {
-		return d.Blocks, nil
+	if d != nil {
+		return d.Usage, nil
 	}
-	blocks, _, err := t.s.LayerUsage(layer)
-	return blocks, err
+	return t.s.LayerUsage(layer)
 }
 
 // rememberDeltas keeps the deltas a committed transaction computed for the

@@ -78,58 +78,97 @@ func TestDeltaCache(t *testing.T) {
 	}
 }
 
-// TestLayerBlocksSources: a transaction counts a layer's blocks from the
+// TestLayerUsageSources: a transaction counts what a layer holds from the
 // delta it knows, else the store's cache, else the store's records; all
-// agree with LayerUsage.
-func TestLayerBlocksSources(t *testing.T) {
+// agree with LayerUsage, and Bytes counts the pages the slots take, not
+// whole blocks.
+func TestLayerUsageSources(t *testing.T) {
+	const bs = DefaultBlockSize
+	cases := []struct {
+		name string
+		// write changes the sandbox before the freeze.
+		write func(t *testing.T, v *View)
+		want  Usage
+	}{
+		{"three whole blocks", func(t *testing.T, v *View) {
+			a := mkfile(t, v, RootIno, "f", string(make([]byte, 3*bs)))
+			_, err := v.WriteAt(a.Ino, []byte("x"), 0, false)
+			ok(t, "write", err)
+		}, Usage{Blocks: 3, Files: 1, Bytes: 3 * bs}},
+		{"two short files", func(t *testing.T, v *View) {
+			mkfile(t, v, RootIno, "a", "short")
+			mkfile(t, v, RootIno, "b", string(make([]byte, pageSize+1)))
+		}, Usage{Blocks: 2, Files: 2, Bytes: 3 * pageSize}},
+		{"a short file and a whole block", func(t *testing.T, v *View) {
+			mkfile(t, v, RootIno, "a", "short")
+			mkfile(t, v, RootIno, "b", string(make([]byte, bs)))
+		}, Usage{Blocks: 2, Files: 2, Bytes: pageSize + bs}},
+		{"nothing", func(t *testing.T, v *View) {
+			mkdir(t, v, RootIno, "d")
+		}, Usage{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, bs, nil)
+			v := e.view()
+			defer v.Close()
+			tc.write(t, v)
+			var inTxn Usage
+			l, _, err := e.store.Freeze("sb", func(tx *Txn, frozen, _ string) error {
+				var err error
+				inTxn, err = tx.LayerUsage(frozen)
+				return err
+			})
+			ok(t, "freeze", err)
+			want, err := e.store.LayerUsage(l)
+			ok(t, "usage", err)
+			if want != tc.want || inTxn != want {
+				t.Fatalf("in the freeze %+v, usage %+v, want %+v", inTxn, want, tc.want)
+			}
+			count := func(what string) Usage {
+				t.Helper()
+				var u Usage
+				ok(t, what, e.store.View(func(tx *Txn) error {
+					var err error
+					u, err = tx.LayerUsage(l)
+					return err
+				}))
+				return u
+			}
+			if e.store.deltas.get(l) == nil {
+				t.Fatal("the store does not keep the frozen layer's delta")
+			}
+			if u := count("from the cache"); u != want {
+				t.Fatalf("from the cache: %+v, want %+v", u, want)
+			}
+			e.store.deltas.forget(l)
+			if u := count("from the records"); u != want {
+				t.Fatalf("from the records: %+v, want %+v", u, want)
+			}
+			e.store.deltas.forget(l)
+			d, err := e.store.LayerDelta("sb", l)
+			ok(t, "delta from the store", err)
+			if d.Usage != want {
+				t.Fatalf("delta from the store: %+v, want %+v", d.Usage, want)
+			}
+		})
+	}
+}
+
+// TestLayerUsageOfMissingLayer: unknown layers hold nothing, and have no
+// delta.
+func TestLayerUsageOfMissingLayer(t *testing.T) {
 	e := newEnv(t, MinBlockSize, nil)
-	v := e.view()
-	defer v.Close()
-	a := mkfile(t, v, RootIno, "f", string(make([]byte, 3*MinBlockSize)))
-	_, err := v.WriteAt(a.Ino, []byte("x"), 0, false)
-	ok(t, "write", err)
-	var inTxn int64
-	l, _, err := e.store.Freeze("sb", func(tx *Txn, frozen, _ string) error {
+	none := Usage{Blocks: -1}
+	ok(t, "usage of a missing layer", e.store.View(func(tx *Txn) error {
 		var err error
-		inTxn, err = tx.LayerBlocks(frozen)
-		return err
-	})
-	ok(t, "freeze", err)
-	want, _, err := e.store.LayerUsage(l)
-	ok(t, "usage", err)
-	if want != 3 || inTxn != want {
-		t.Fatalf("blocks in the freeze %d, usage %d, want 3", inTxn, want)
-	}
-	count := func(what string) int64 {
-		t.Helper()
-		var n int64
-		ok(t, what, e.store.View(func(tx *Txn) error {
-			var err error
-			n, err = tx.LayerBlocks(l)
-			return err
-		}))
-		return n
-	}
-	if e.store.deltas.get(l) == nil {
-		t.Fatal("the store does not keep the frozen layer's delta")
-	}
-	if n := count("from the cache"); n != want {
-		t.Fatalf("from the cache: %d blocks, want %d", n, want)
-	}
-	e.store.deltas.forget(l)
-	if n := count("from the records"); n != want {
-		t.Fatalf("from the records: %d blocks, want %d", n, want)
-	}
-	// Unknown layers hold no blocks, and have no delta.
-	var none int64 = -1
-	ok(t, "blocks of a missing layer", e.store.View(func(tx *Txn) error {
-		var err error
-		none, err = tx.LayerBlocks("nope")
+		none, err = tx.LayerUsage("nope")
 		return err
 	}))
-	if none != 0 {
-		t.Fatalf("a missing layer holds %d blocks", none)
+	if none != (Usage{}) {
+		t.Fatalf("a missing layer holds %+v", none)
 	}
+	var err error
 	_, err = e.store.LayerDelta("sb", "nope")
 	wantErr(t, "delta of a missing layer", err, ErrNotFound)
 	err = e.store.View(func(tx *Txn) error { _, err := tx.LayerDelta("sb", "nope"); return err })

@@ -214,7 +214,7 @@ func runDeltas(t *testing.T, seed int64) {
 			}
 		case 12:
 			var got *LayerDelta
-			var blocks int64
+			var blocks Usage
 			l, _, err := e.store.Freeze("sb", func(tx *Txn, frozen, _ string) error {
 				if tx.deltas[frozen] != nil {
 					fast++ // built from memory before the transaction
@@ -223,7 +223,7 @@ func runDeltas(t *testing.T, seed int64) {
 				if got, err = tx.LayerDelta("sb", frozen); err != nil {
 					return err
 				}
-				blocks, err = tx.LayerBlocks(frozen)
+				blocks, err = tx.LayerUsage(frozen)
 				return err
 			})
 			ok(t, "freeze", err)
@@ -235,8 +235,8 @@ func runDeltas(t *testing.T, seed int64) {
 			if g, w := deltaView(got), deltaView(want); !reflect.DeepEqual(g, w) {
 				t.Fatalf("seed %d step %d: delta of %s from memory\n%s\nfrom the store\n%s", seed, step, l, join(g), join(w))
 			}
-			if usage, _, err := e.store.LayerUsage(l); err != nil || usage != blocks || got.Blocks != blocks {
-				t.Fatalf("seed %d step %d: delta counts %d blocks (txn %d), the store %d (%v)", seed, step, got.Blocks, blocks, usage, err)
+			if usage, err := e.store.LayerUsage(l); err != nil || usage != blocks || got.Usage != blocks {
+				t.Fatalf("seed %d step %d: delta counts %+v (txn %+v), the store %+v (%v)", seed, step, got.Usage, blocks, usage, err)
 			}
 			sameTree(t, fmt.Sprintf("seed %d step %d: after freezing %s", seed, step, l), v, e.store, l)
 			frozen = append(frozen, l)

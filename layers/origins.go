@@ -35,12 +35,8 @@ func (s *Store) BaseOrigins(name string) ([]string, error) {
 					continue
 				}
 				seen[ino] = true
-				var rec *Inode
-				if err := it.Item().Value(func(b []byte) error {
-					var err error
-					rec, err = decodeInode(b)
-					return err
-				}); err != nil {
+				rec, err := decodeItem(it.Item(), decodeInode)
+				if err != nil {
 					it.Close()
 					return fmt.Errorf("inode %d in layer %s: %w", ino, l, err)
 				}

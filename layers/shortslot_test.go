@@ -238,3 +238,48 @@ func TestShortSlotsGrowUnderConcurrentWriters(t *testing.T) {
 		}
 	}
 }
+
+// TestShortSlotReadsPastItsPages: a block whose slot holds fewer pages than
+// the file now spans (the file grew by truncate, not by writes) reads as
+// its pages, then zeros, at every offset and length, before and after the
+// slot is sealed, and the truncate does not grow the slot.
+func TestShortSlotReadsPastItsPages(t *testing.T) {
+	const bs = DefaultBlockSize
+	e := newEnv(t, bs, nil)
+	v := e.view()
+	t.Cleanup(func() { v.Close() })
+	a := mkfile(t, v, RootIno, "f", "head")
+	size := int64(bs + 100)
+	_, err := v.SetAttr(a.Ino, SetAttrIn{Size: &size})
+	ok(t, "truncate up", err)
+	if ref := activeRef(t, v, a.Ino, 0); ref.capPages() != 1 {
+		t.Fatalf("the truncate made the slot %d pages, want 1", ref.capPages())
+	}
+	want := append([]byte("head"), make([]byte, size-4)...)
+	for _, when := range []string{"open", "sealed"} {
+		if when == "sealed" {
+			ok(t, "sync", v.Sync())
+		}
+		for _, c := range []struct {
+			name     string
+			off, len int64
+		}{
+			{"within the page", 0, 4},
+			{"across the page's end", 2, pageSize},
+			{"wholly past the page", 2 * pageSize, pageSize},
+			{"the block's last byte", bs - 1, 1},
+			{"into the next block", bs - 10, 20},
+			{"the whole file", 0, size},
+		} {
+			buf := make([]byte, c.len)
+			for i := range buf {
+				buf[i] = 0xff
+			}
+			n, err := v.ReadAt(a.Ino, buf, c.off)
+			ok(t, c.name, err)
+			if int64(n) != c.len || string(buf) != string(want[c.off:c.off+c.len]) {
+				t.Errorf("%s, %s: read %d bytes, not what the file holds", when, c.name, n)
+			}
+		}
+	}
+}

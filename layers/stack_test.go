@@ -3,10 +3,13 @@ package layers
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -177,9 +180,9 @@ func TestFreezeAndRepoint(t *testing.T) {
 	if got := content(t, v, f.Ino); got != "3WO!" {
 		t.Fatalf("after a live freeze: got %q", got)
 	}
-	usage, files, err := s.LayerUsage(l2)
-	if err != nil || usage != 1 || files != 1 {
-		t.Fatalf("LayerUsage: got %d blocks in %d files, %v; want 1 in 1", usage, files, err)
+	usage, err := s.LayerUsage(l2)
+	if err != nil || usage.Blocks != 1 || usage.Files != 1 {
+		t.Fatalf("LayerUsage: got %d blocks in %d files, %v; want 1 in 1", usage.Blocks, usage.Files, err)
 	}
 	if ls, err := s.Layers("sb", false); err != nil || len(ls) != 3 || ls[1].ID != l2 || ls[2].ID != l1 {
 		t.Fatalf("Layers: got %+v, %v", ls, err)
@@ -468,6 +471,13 @@ func TestChainTo(t *testing.T) {
 		return err
 	})
 	wantErr(t, "chain with a cycle", err, ErrCorrupt)
+	// l2's record gone: the walk stops at l3's parent with ErrNotFound.
+	ok(t, "delete", e.store.db.Update(func(txn *badger.Txn) error { return txn.Delete(keyLayer(l2)) }))
+	err = e.store.db.View(func(txn *badger.Txn) error {
+		_, _, err := chainTo(txn, head, l1)
+		return err
+	})
+	wantErr(t, "chain with a missing layer", err, ErrNotFound)
 }
 
 // TestRepointRefusesAStackNotStored: a rollback takes the chain below its
@@ -495,4 +505,61 @@ func TestRepointRefusesAStackNotStored(t *testing.T) {
 	if after.Head != before.Head {
 		t.Fatalf("the head moved from %s to %s", before.Head, after.Head)
 	}
+}
+
+// TestFreezesWithoutSpareFiles: when spare data files cannot be made (the
+// spare directory is gone, a file in its place), each new active layer
+// creates its data file itself, and what every layer holds reads back,
+// live and after a reopen (which needs the directory back: the store makes
+// it on open). With the directory back, spares are made again.
+func TestFreezesWithoutSpareFiles(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	defer func() { v.Close() }()
+	spareDir := filepath.Dir(e.store.sparePath("x"))
+	// Wait for the view's first spares, then take their directory away:
+	// the spares it holds cannot be renamed into data/ any more either.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v.mu.Lock()
+		n := len(v.spares)
+		v.mu.Unlock()
+		if n == keepSpares || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ok(t, "remove spares", os.RemoveAll(spareDir))
+	ok(t, "a file in their place", os.WriteFile(spareDir, nil, 0o600))
+	want := map[string]string{}
+	for i := range 4 {
+		name, body := fmt.Sprintf("f%d", i), strings.Repeat(fmt.Sprint(i), MinBlockSize+i)
+		mkfile(t, v, RootIno, name, body)
+		want[name] = body
+		freeze(t, e.store, e.name)
+	}
+	if v.makeOneSpare() {
+		t.Fatal("a spare was made with no directory to make it in")
+	}
+	check := func(when string) {
+		t.Helper()
+		for name, body := range want {
+			if got := content(t, v, lookup(t, v, RootIno, name).Ino); got != body {
+				t.Fatalf("%s: %s reads %d bytes, want %d", when, name, len(got), len(body))
+			}
+		}
+	}
+	check("live")
+	ok(t, "remove the file", os.Remove(spareDir))
+	ok(t, "spare directory back", os.Mkdir(spareDir, 0o700))
+	// The journal loop may have made them first, on a request left over.
+	v.makeOneSpare()
+	v.mu.Lock()
+	have := len(v.spares)
+	v.mu.Unlock()
+	if have == 0 {
+		t.Fatal("no spare made with the directory back")
+	}
+	v = e.reopen(v)
+	check("after a reopen")
 }

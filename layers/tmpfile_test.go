@@ -116,10 +116,10 @@ func TestTmpfileNeverLinked(t *testing.T) {
 	if storedInLayer(t, e.store, head, tf.Ino) {
 		t.Fatalf("the released tmpfile's record stayed in the store")
 	}
-	blocks, files, err := e.store.LayerUsage(head)
+	usage, err := e.store.LayerUsage(head)
 	ok(t, "layer usage", err)
-	if blocks != 0 || files != 0 {
-		t.Fatalf("layer usage after the tmpfile went: got %d blocks of %d files, want none", blocks, files)
+	if usage != (Usage{}) {
+		t.Fatalf("layer usage after the tmpfile went: got %+v, want none", usage)
 	}
 	v = e.reopen(v)
 	if got := names(t, v, RootIno); len(got) != 0 {

@@ -1285,12 +1285,7 @@ func (v *View) getDir(ino uint64) (*dirState, *inodeState, error) {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 			for it.Rewind(); it.Valid(); it.Next() {
 				name := string(it.Item().Key()[len(prefix):])
-				var e entry
-				err := it.Item().Value(func(b []byte) error {
-					var err error
-					e, err = decodeEntry(b)
-					return err
-				})
+				e, err := decodeItem(it.Item(), decodeEntry)
 				if err != nil {
 					it.Close()
 					return fmt.Errorf("directory %d entry %q: %w", ino, name, err)
@@ -1359,12 +1354,7 @@ func (v *View) ensureBlocks(st *inodeState) error {
 					return fmt.Errorf("block key %q: %w", k, ErrCorrupt)
 				}
 				blk := beUint64(k[len(prefix):])
-				var ref blockRef
-				err := it.Item().Value(func(b []byte) error {
-					var err error
-					ref, err = decodeBlockRef(b)
-					return err
-				})
+				ref, err := decodeItem(it.Item(), decodeBlockRef)
 				if err != nil {
 					it.Close()
 					return fmt.Errorf("inode %d block %d in layer %s: %w", st.ino, blk, l, err)

@@ -312,8 +312,8 @@ func (r *ckptReport) Markdown() string {
 		"for btrfs the file system's own `Used` (data, and metadata kept twice), since du counts shared extents once per snapshot. "+
 		"For strata and btrfs the edits themselves count too, because there the workspace and the checkpoints are the same storage. "+
 		"**÷ %s** is stored ÷ %s's stored. "+
-		"**own** is the peer's own account: strata's `bytes` from `checkpoint list` (the checkpoint layer's blocks times the block size, "+
-		"although the store allocates only what a short file's block holds), git's new objects (apparent size), cp -a's copy (apparent size).\n\n",
+		"**own** is the peer's own account: strata's `bytes` from `checkpoint list` (what the slots of the checkpoint layer's blocks take "+
+		"in its data file: the pages a short file's block needs, whole blocks otherwise), git's new objects (apparent size), cp -a's copy (apparent size).\n\n",
 		m.Edits, m.StorageCheckpoints, refPeer, refPeer)
 	b.WriteString("| peer")
 	for _, n := range m.Sizes {

@@ -390,6 +390,56 @@ func TestArchiveListExportRestore(t *testing.T) {
 	mustNotExist(t, filepath.Join(e.mnt, "work.txt"))
 }
 
+// TestBytesAreWhatTheStoreHolds: with the default 64 KiB blocks, a small
+// file's block takes only the pages it needs, and checkpoint list, layers
+// list and archive list say so (they used to count blocks x block size).
+func TestBytesAreWhatTheStoreHolds(t *testing.T) {
+	e := newEnv(t)
+	for i := range 10 {
+		writeFile(t, filepath.Join(e.base, fmt.Sprintf("f%d.go", i)), "package f // a short base file\n")
+	}
+	e.ok("sandbox", "create", "demo", "--base", e.base)
+	e.ok("mount", "demo", e.mnt)
+	c0 := e.checkpoint("demo", "--label", "c0")
+	// Ten small edits in place (one page each), one new file of 5000
+	// bytes (two pages) and one of three whole blocks.
+	for i := range 10 {
+		f, err := os.OpenFile(filepath.Join(e.mnt, fmt.Sprintf("f%d.go", i)), os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte("PACKAGE"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(e.mnt, "new.txt"), strings.Repeat("n", 5000))
+	writeFile(t, filepath.Join(e.mnt, "big.bin"), strings.Repeat("b", 3*64<<10))
+	c1 := e.checkpoint("demo", "--label", "c1")
+	const want = (10+2)*4096 + 3*64<<10
+	if c1.Bytes != want {
+		t.Errorf("checkpoint create: bytes %d, want %d (12 pages and 3 blocks)", c1.Bytes, want)
+	}
+	var cps []checkpoint.Checkpoint
+	e.okJSON(&cps, "checkpoint", "list", "demo")
+	if len(cps) != 2 || cps[1].ID != c1.ID || cps[1].Bytes != want {
+		t.Errorf("checkpoint list: got %+v, want c1 with %d bytes", cps, want)
+	}
+	var ls []checkpoint.LayerReport
+	e.okJSON(&ls, "layers", "list", "demo")
+	if len(ls) != 3 || ls[1].ID != c1.Layer || ls[1].Files != 12 || ls[1].Blocks != 14 || ls[1].Bytes != want {
+		t.Errorf("layers list: got %+v, want c1's layer with 12 files in 14 blocks, %d bytes", ls, want)
+	}
+	e.ok("rollback", "demo", "--to-checkpoint", c0.ID)
+	var ars []checkpoint.Archive
+	e.okJSON(&ars, "archive", "list", "demo")
+	if len(ars) != 1 || ars[0].Bytes != want {
+		t.Errorf("archive list: got %+v, want one archive of %d bytes", ars, want)
+	}
+}
+
 func TestLayersListInspect(t *testing.T) {
 	e := newEnv(t)
 	e.ok("sandbox", "create", "demo", "--base", e.base, "--block-size", "4K")
