@@ -172,7 +172,7 @@ func (m *Manager) layerHash(tx *layers.Txn, sandbox, layer string) (string, erro
 	} else {
 		b, err := tx.Get(keyLayerHash(l.Parent))
 		if err != nil {
-			v, err := m.store.OpenSnapshot(sandbox, layer)
+			v, err := tx.OpenSnapshot(sandbox, layer)
 			if err != nil {
 				return "", err
 			}

@@ -2,7 +2,6 @@ package layers
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"time"
@@ -73,16 +72,18 @@ func freezeTxn(txn *badger.Txn, name, next string) (string, error) {
 	return top.ID, putJSON(txn, keySandbox(name), info)
 }
 
-// quiesce stops the view's writers, seals everything, makes the data
-// durable and commits the journal; it returns with ioMu, mu and cmu held
-// (release). The data written so far is final, so it syncs while the
-// blocks are sealed, which only reads it; during, when not nil, runs
-// meanwhile too: work on the sealed state in memory. The journal, whose
-// sealed blocks' records name the new slots, is committed only once the
-// data is durable: the store's log is shared, and another sandbox's sync
-// may flush it at any moment after a commit. Holding cmu keeps the
-// journal loop out meanwhile.
-func (v *View) quiesce(during func()) error {
+// quiesce stops the view's writers, seals everything and makes the data
+// durable; it returns with ioMu, mu and cmu held (release). The data
+// written so far is final, so it syncs while the blocks are sealed, which
+// only reads it; during, when not nil, runs meanwhile too: work on the
+// sealed state in memory. The journal, whose sealed blocks' records name
+// the new slots, may be committed only once the data is durable (the
+// store's log is shared, and another sandbox's sync may flush it at any
+// moment after a commit): prepare, run after during, builds the caller's
+// transaction with the journal in it (prepareWithJournalLocked), which
+// the caller commits once quiesce returned without error, and abandons
+// otherwise. Holding cmu keeps the journal loop out meanwhile.
+func (v *View) quiesce(during, prepare func()) error {
 	v.ioMu.Lock()
 	v.mu.Lock()
 	v.cmu.Lock()
@@ -107,8 +108,9 @@ func (v *View) quiesce(during func()) error {
 		close(synced)
 	}
 	err := v.sealLocked()
-	if err == nil && during != nil {
+	if err == nil {
 		during()
+		prepare()
 	}
 	<-synced
 	if err != nil {
@@ -117,7 +119,7 @@ func (v *View) quiesce(during func()) error {
 	if syncErr != nil {
 		return fmt.Errorf("sync data: %w", mapOSErr(syncErr))
 	}
-	return v.commitThroughLocked(math.MaxUint64) // every write is in the synced data
+	return nil
 }
 
 // fdatasync makes f's data (and its size) durable.
@@ -143,26 +145,33 @@ func (v *View) release() {
 func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 	defer v.release()
 	tx := &Txn{s: v.s}
+	next = NewID()
+	var p *prepared
 	err = v.quiesce(func() {
 		// What the layer changed, from memory, while its data syncs: the
 		// checkpoint's state hash needs it, a later rollback too.
 		if d, ok, err := v.activeDeltaLocked(); ok && err == nil {
 			tx.keepDelta(d)
 		}
+	}, func() {
+		p = v.prepareWithJournalLocked(func(txn *badger.Txn, journal bool) error {
+			var err error
+			frozen, err = freezeTxn(txn, v.info.Name, next)
+			if err != nil {
+				return err
+			}
+			tx.txn, tx.pending = txn, ""
+			if journal {
+				tx.pending = frozen
+			}
+			return fn(tx, frozen, next)
+		})
 	})
-	if err != nil {
-		return "", "", err
+	if err == nil {
+		err = p.commit()
+	} else if p != nil {
+		p.abandon()
 	}
-	next = NewID()
-	err = v.s.update(func(txn *badger.Txn) error {
-		var err error
-		frozen, err = freezeTxn(txn, v.info.Name, next)
-		if err != nil {
-			return err
-		}
-		tx.txn = txn
-		return fn(tx, frozen, next)
-	})
 	if err != nil {
 		return "", "", err
 	}
@@ -326,27 +335,9 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 			<-movedDone
 		}
 	}()
-	if v != nil {
-		defer v.release()
-		err := v.quiesce(func() {
-			// The state being left is final: what it changed, and how it
-			// differs from the target, are told while its data syncs.
-			d, ok, err := v.activeDeltaLocked()
-			if !ok || err != nil {
-				return
-			}
-			tx.keepDelta(d)
-			if wantDiff {
-				rd, _ = v.diffLocked(parent, d)
-			}
-		})
-		if err != nil {
-			return "", nil, err
-		}
-	}
 	next = NewID()
 	var stack, left []string
-	err = s.update(func(txn *badger.Txn) error {
+	body := func(txn *badger.Txn, journal bool) error {
 		var info SandboxInfo
 		if err := getJSON(txn, keySandbox(name), &info); err != nil {
 			return fmt.Errorf("sandbox %s: %w", name, err)
@@ -356,7 +347,8 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 		// leave, and the target), and the chain below it is the live
 		// view's stack's tail, so a rollback costs the same at any depth.
 		// A restore (the target off the chain) reads both chains.
-		old, onChain, err := chainTo(txn, info.Head, parent)
+		head := info.Head // the active layer, which leaves
+		old, onChain, err := chainTo(txn, head, parent)
 		if err != nil {
 			return err
 		}
@@ -415,10 +407,36 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 			return err
 		}
 		stack = append([]string{next}, newChain...)
-		tx.txn = txn
+		tx.txn, tx.pending = txn, ""
+		if journal {
+			tx.pending = head
+		}
 		left = leaving
 		return fn(tx, leaving, joined, next)
-	})
+	}
+	if v != nil {
+		defer v.release()
+		var p *prepared
+		err = v.quiesce(func() {
+			// The state being left is final: what it changed, and how it
+			// differs from the target, are told while its data syncs.
+			d, ok, err := v.activeDeltaLocked()
+			if !ok || err != nil {
+				return
+			}
+			tx.keepDelta(d)
+			if wantDiff {
+				rd, _ = v.diffLocked(parent, d)
+			}
+		}, func() { p = v.prepareWithJournalLocked(body) })
+		if err == nil {
+			err = p.commit()
+		} else if p != nil {
+			p.abandon()
+		}
+	} else {
+		err = s.update(func(txn *badger.Txn) error { return body(txn, false) })
+	}
 	if err != nil {
 		return "", nil, err
 	}

@@ -414,6 +414,9 @@ func (t *Txn) LayerDelta(sandbox, layer string) (*LayerDelta, error) {
 	if d := t.deltas[layer]; d != nil {
 		return d, nil
 	}
+	if err := t.outside(layer); err != nil {
+		return nil, err
+	}
 	d, err := t.s.LayerDelta(sandbox, layer)
 	if err != nil {
 		return nil, err
@@ -430,7 +433,8 @@ func (t *Txn) keepDelta(d *LayerDelta) {
 	t.deltas[d.Layer] = d
 }
 
-// LayerUsage is Store.LayerUsage inside a transaction, answered from the
+// LayerUsage is Store.LayerUsage inside a transaction (which it reads
+// from, so it sees the transaction's own writes), answered from the
 // layer's delta when one is known.
 func (t *Txn) LayerUsage(layer string) (Usage, error) {
 	if err := t.fault("blocks", layer); err != nil {
@@ -443,7 +447,7 @@ func (t *Txn) LayerUsage(layer string) (Usage, error) {
 	if d != nil {
 		return d.Usage, nil
 	}
-	return t.s.LayerUsage(layer)
+	return layerUsage(t.txn, layer)
 }
 
 // rememberDeltas keeps the deltas a committed transaction computed for the

@@ -257,18 +257,6 @@ func (s *Store) View(fn func(tx *Txn) error) error {
 
 // NewID returns a new ULID, the id format of layers, checkpoints and plans.
 // Ids made by one process increase strictly, even within a millisecond, so
-// decodeItem decodes a record's value in place, without copying it out of
-// badger's buffers.
-func decodeItem[T any](item *badger.Item, decode func([]byte) (T, error)) (T, error) {
-	var v T
-	err := item.Value(func(b []byte) error {
-		var err error
-		v, err = decode(b)
-		return err
-	})
-	return v, err
-}
-
 // sorting by id is sorting by creation.
 func NewID() string {
 	idMu.Lock()
@@ -292,6 +280,18 @@ func (s *Store) nextIno() (uint64, error) {
 }
 
 const upperInoBase = 1 << 62
+
+// decodeItem decodes a record's value in place, without copying it out of
+// badger's buffers.
+func decodeItem[T any](item *badger.Item, decode func([]byte) (T, error)) (T, error) {
+	var v T
+	err := item.Value(func(b []byte) error {
+		var err error
+		v, err = decode(b)
+		return err
+	})
+	return v, err
+}
 
 func getJSON(txn *badger.Txn, key []byte, v any) error {
 	item, err := txn.Get(key)

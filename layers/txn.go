@@ -21,6 +21,33 @@ type Txn struct {
 	// layer it freezes or the layers it archives, kept by the store once
 	// it commits.
 	deltas map[string]*LayerDelta
+	// pending is the layer whose journal this transaction commits along
+	// with its own records (a freeze or repoint of a live view): the
+	// store outside the transaction does not hold them yet, so reading
+	// that layer from it fails with errNeedsJournal, and the caller
+	// commits the journal first and runs again.
+	pending string
+}
+
+// errNeedsJournal is what a read of the pending layer's committed state
+// returns inside a transaction that holds its journal (Txn.pending).
+var errNeedsJournal = errors.New("the layer's journal is not committed yet")
+
+// outside fails when reading layer from the store, outside the
+// transaction, would miss the journal the transaction holds.
+func (t *Txn) outside(layer string) error {
+	if t.pending != "" && layer == t.pending {
+		return fmt.Errorf("layer %s: %w", layer, errNeedsJournal)
+	}
+	return nil
+}
+
+// OpenSnapshot is Store.OpenSnapshot from inside a transaction.
+func (t *Txn) OpenSnapshot(name, layer string) (*View, error) {
+	if err := t.outside(layer); err != nil {
+		return nil, err
+	}
+	return t.s.OpenSnapshot(name, layer)
 }
 
 func checkExtKey(key string) error {

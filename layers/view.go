@@ -723,38 +723,13 @@ func (v *View) commitLocked() error { return v.commitThroughLocked(0) }
 // whose data sync covers the operations up to there (a Sync's own seal,
 // a freeze's everything) may commit them whoever holds them.
 func (v *View) commitThroughLocked(through uint64) error {
-	v.jmu.Lock()
-	ops := v.pending
-	v.pending = nil
-	upto := v.jqueued
-	if len(v.holds) > 0 {
-		first := v.jqueued - uint64(len(ops)) + 1 // the number of ops[0]
-		limit := max(slices.Min(v.holds), min(through, v.jqueued)+1, first)
-		n := min(uint64(len(ops)), limit-first)
-		ops, v.pending = ops[:n], ops[n:]
-		upto = first + n - 1
-	}
-	v.jmu.Unlock()
-	apply := func(txn *badger.Txn, op []kv) error {
-		for _, e := range op {
-			var err error
-			if e.del {
-				err = txn.Delete(e.key)
-			} else {
-				err = txn.Set(e.key, e.val)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	ops, upto := v.takeJournal(through)
 	for i := 0; i < len(ops); {
 		txn := v.s.db.NewTransaction(true)
 		j := i
 		var err error
 		for ; j < len(ops); j++ {
-			if err = apply(txn, ops[j]); err != nil {
+			if err = applyOp(txn, ops[j]); err != nil {
 				break
 			}
 		}
@@ -763,7 +738,7 @@ func (v *View) commitThroughLocked(through uint64) error {
 			txn = v.s.db.NewTransaction(true)
 			err = nil
 			for k := i; k < j && err == nil; k++ {
-				err = apply(txn, ops[k])
+				err = applyOp(txn, ops[k])
 			}
 		}
 		if err == nil {
@@ -775,21 +750,135 @@ func (v *View) commitThroughLocked(through uint64) error {
 		}
 		if err != nil {
 			err = mapOSErr(err)
-			v.jmu.Lock()
-			v.pending = append(append([][]kv(nil), ops[i:]...), v.pending...)
-			v.jerr = err
-			v.jmu.Unlock()
+			v.putBackJournal(ops[i:], err)
 			return fmt.Errorf("commit journal: %w", err)
 		}
 		i = j
 	}
+	v.journalDone(upto)
+	return nil
+}
+
+// takeJournal takes the journal's pending operations up to the first held
+// one, but at least up to number through (commitThroughLocked), and the
+// number of the last one taken. The caller holds cmu, and commits them or
+// puts them back.
+func (v *View) takeJournal(through uint64) (ops [][]kv, upto uint64) {
 	v.jmu.Lock()
+	defer v.jmu.Unlock()
+	ops = v.pending
+	v.pending = nil
+	upto = v.jqueued
+	if len(v.holds) > 0 {
+		first := v.jqueued - uint64(len(ops)) + 1 // the number of ops[0]
+		limit := max(slices.Min(v.holds), min(through, v.jqueued)+1, first)
+		n := min(uint64(len(ops)), limit-first)
+		ops, v.pending = ops[:n], ops[n:]
+		upto = first + n - 1
+	}
+	return ops, upto
+}
+
+// putBackJournal returns operations takeJournal took and could not commit
+// to the front of the journal; err, when not nil, is why (jerr).
+func (v *View) putBackJournal(ops [][]kv, err error) {
+	v.jmu.Lock()
+	defer v.jmu.Unlock()
+	v.pending = append(append([][]kv(nil), ops...), v.pending...)
+	if err != nil {
+		v.jerr = err
+	}
+}
+
+// journalDone records that the operations up to number upto are committed.
+func (v *View) journalDone(upto uint64) {
+	v.jmu.Lock()
+	defer v.jmu.Unlock()
 	if len(v.pending) == 0 {
 		v.jerr = nil
 	}
 	v.jdone = upto
-	v.jmu.Unlock()
+}
+
+// applyOp writes one journal operation's records into txn.
+func applyOp(txn *badger.Txn, op []kv) error {
+	for _, e := range op {
+		var err error
+		if e.del {
+			err = txn.Delete(e.key)
+		} else {
+			err = txn.Set(e.key, e.val)
+		}
+		if err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// journalFunc writes a freeze's or repoint's records into txn; journal
+// says whether txn also holds the view's journal, not yet committed
+// (Txn.pending).
+type journalFunc func(txn *badger.Txn, journal bool) error
+
+// prepared is a transaction a quiesced view builds while its data syncs
+// (prepareWithJournalLocked): the journal's records and fn's, committed
+// once the data is durable (commit), or dropped (abandon). One commit on
+// a checkpoint's critical path instead of two, and the time it takes to
+// build the transaction hides behind the data sync.
+type prepared struct {
+	v    *View
+	fn   journalFunc
+	ops  [][]kv
+	upto uint64
+	txn  *badger.Txn
+	err  error // from building it
+}
+
+// prepareWithJournalLocked builds the transaction, without committing it.
+func (v *View) prepareWithJournalLocked(fn journalFunc) *prepared {
+	p := &prepared{v: v, fn: fn, txn: v.s.db.NewTransaction(true)}
+	p.ops, p.upto = v.takeJournal(math.MaxUint64)
+	for _, op := range p.ops {
+		if p.err = applyOp(p.txn, op); p.err != nil {
+			return p
+		}
+	}
+	p.err = fn(p.txn, len(p.ops) > 0)
+	return p
+}
+
+// commit commits the prepared transaction. When the journal could not
+// share it (too big for one transaction, or fn had to read the layer's
+// committed state: errNeedsJournal) or it met a conflict, the journal is
+// committed on its own and fn runs again after it; when fn failed on its
+// own, the journal is committed and fn's error returned.
+func (p *prepared) commit() error {
+	err := p.err
+	if err == nil {
+		err = p.txn.Commit()
+	}
+	p.txn.Discard()
+	if err == nil {
+		p.v.s.commits.Add(1)
+		p.v.journalDone(p.upto)
+		return nil
+	}
+	p.v.putBackJournal(p.ops, nil)
+	if cerr := p.v.commitThroughLocked(math.MaxUint64); cerr != nil {
+		return cerr
+	}
+	if errors.Is(err, errNeedsJournal) || errors.Is(err, badger.ErrTxnTooBig) || errors.Is(err, badger.ErrConflict) {
+		return p.v.s.update(func(txn *badger.Txn) error { return p.fn(txn, false) })
+	}
+	return mapOSErr(err)
+}
+
+// abandon drops the prepared transaction: the journal's operations stay
+// pending.
+func (p *prepared) abandon() {
+	p.txn.Discard()
+	p.v.putBackJournal(p.ops, nil)
 }
 
 // Sync seals every written block, makes the data durable, commits the

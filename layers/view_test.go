@@ -3,9 +3,11 @@ package layers
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -1106,4 +1108,164 @@ func TestAllocateReserves(t *testing.T) {
 	ok(t, "sync", v.Sync())
 	v = e.reopen(v)
 	checkModel(t, v, f.Ino, m, "after a restart")
+}
+
+// TestPreparedWithJournal: a freeze or repoint builds one transaction with
+// the journal in it while the data syncs, and commits it after (one
+// commit). A journal too big to share it, a read of the layer's committed
+// state (errNeedsJournal) or a conflict commit the journal on its own and
+// run fn again after it; fn failing on its own still commits the journal
+// and returns fn's error; an abandoned transaction leaves the journal
+// pending.
+func TestPreparedWithJournal(t *testing.T) {
+	errFn := errors.New("fn failed")
+	big := func(tag string, ops, keys int) [][]kv {
+		var out [][]kv
+		for o := range ops {
+			op := make([]kv, keys)
+			for i := range op {
+				op[i] = kv{key: []byte("x/j/" + tag + "/" + itoa(o) + "/" + strings.Repeat("k", 40) + itoa(i)), val: []byte("v")}
+			}
+			out = append(out, op)
+		}
+		return out
+	}
+	cases := []struct {
+		name    string
+		journal [][]kv
+		// fn's answer, given whether it shares the journal's transaction.
+		fn func(txn *badger.Txn, journal bool) error
+		// between prepare and commit
+		meanwhile func(t *testing.T, s *Store)
+		abandon   bool
+		wantErr   error
+		commits   uint64 // at most
+		calls     []bool // fn's journal argument, call by call
+	}{
+		{name: "small journal", journal: big("s", 3, 10), commits: 1, calls: []bool{true}},
+		{name: "empty journal", commits: 1, calls: []bool{false}},
+		{name: "journal too big to share", journal: big("b", 8, 20000), commits: 1 + 8, calls: []bool{false}},
+		{name: "fn fails", journal: big("f", 3, 10), fn: func(*badger.Txn, bool) error { return errFn }, wantErr: errFn, commits: 1, calls: []bool{true}},
+		{name: "fn needs the journal committed", journal: big("n", 3, 10), fn: func(_ *badger.Txn, journal bool) error {
+			if journal {
+				return fmt.Errorf("reading it: %w", errNeedsJournal)
+			}
+			return nil
+		}, commits: 2, calls: []bool{true, false}},
+		{name: "conflict", journal: big("c", 3, 10), fn: func(txn *badger.Txn, _ bool) error {
+			_, err := txn.Get([]byte("x/c"))
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				err = nil
+			}
+			return err
+		}, meanwhile: func(t *testing.T, s *Store) {
+			ok(t, "write x/c", s.db.Update(func(txn *badger.Txn) error { return txn.Set([]byte("x/c"), []byte("1")) }))
+		}, commits: 3, calls: []bool{true, false}},
+		{name: "abandoned", journal: big("a", 3, 10), abandon: true, calls: []bool{true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, MinBlockSize, nil)
+			v := e.view()
+			defer v.Close()
+			// cmu keeps the journal loop out, as quiesce does.
+			v.cmu.Lock()
+			for _, op := range c.journal {
+				v.queue(op)
+			}
+			var calls []bool
+			before := e.store.commits.Load()
+			p := v.prepareWithJournalLocked(func(txn *badger.Txn, journal bool) error {
+				calls = append(calls, journal)
+				if err := txn.Set([]byte("x/fn"), []byte("done")); err != nil {
+					return err
+				}
+				if c.fn != nil {
+					return c.fn(txn, journal)
+				}
+				return nil
+			})
+			if c.meanwhile != nil {
+				c.meanwhile(t, e.store)
+			}
+			var err error
+			if c.abandon {
+				p.abandon()
+			} else {
+				err = p.commit()
+			}
+			commits := e.store.commits.Load() - before
+			v.jmu.Lock()
+			pending, jdone, jqueued, jerr := len(v.pending), v.jdone, v.jqueued, v.jerr
+			v.jmu.Unlock()
+			v.cmu.Unlock()
+			if c.wantErr != nil {
+				wantErr(t, "commit", err, c.wantErr)
+			} else {
+				ok(t, "commit", err)
+			}
+			if commits > c.commits || !c.abandon && commits == 0 {
+				t.Errorf("%d commits, want 1 to %d", commits, c.commits)
+			}
+			if !slices.Equal(calls, c.calls) {
+				t.Errorf("fn called with journal %v, want %v", calls, c.calls)
+			}
+			n := 0
+			fnDone := false
+			ok(t, "scan", e.store.View(func(tx *Txn) error {
+				if err := tx.Scan("x/j/", func(string, []byte) error { n++; return nil }); err != nil {
+					return err
+				}
+				_, err := tx.Get("x/fn")
+				fnDone = err == nil
+				return nil
+			}))
+			want := 0
+			for _, op := range c.journal {
+				want += len(op)
+			}
+			if c.abandon {
+				if n != 0 || fnDone || pending != len(c.journal) {
+					t.Errorf("abandoned: stored %d journal keys and fn's write %v, %d operations pending; want none stored, %d pending", n, fnDone, pending, len(c.journal))
+				}
+				return
+			}
+			if n != want || fnDone != (c.wantErr == nil) {
+				t.Errorf("stored %d journal keys (want %d), fn's write stored %v", n, want, fnDone)
+			}
+			if pending != 0 || jdone != jqueued || jerr != nil {
+				t.Errorf("journal after: %d pending, done %d of %d, error %v", pending, jdone, jqueued, jerr)
+			}
+		})
+	}
+}
+
+// TestFreezeThatFailsKeepsTheJournal: a checkpoint whose own records fail
+// (FreezeFunc) freezes nothing, and what the mount wrote before it is
+// committed all the same and reads back after a reopen.
+func TestFreezeThatFailsKeepsTheJournal(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	defer func() { v.Close() }()
+	mkfile(t, v, RootIno, "f", "written before the failed checkpoint")
+	before, err := e.store.Sandbox(e.name)
+	ok(t, "sandbox", err)
+	errFn := errors.New("checkpoint record failed")
+	_, _, err = e.store.Freeze(e.name, func(*Txn, string, string) error { return errFn })
+	wantErr(t, "freeze", err, errFn)
+	after, err := e.store.Sandbox(e.name)
+	ok(t, "sandbox", err)
+	if after.Head != before.Head {
+		t.Fatalf("head moved from %s to %s on a failed freeze", before.Head, after.Head)
+	}
+	v.jmu.Lock()
+	pending := len(v.pending)
+	v.jmu.Unlock()
+	if pending != 0 {
+		t.Fatalf("%d journal operations left pending", pending)
+	}
+	v = e.reopen(v)
+	if got := content(t, v, lookup(t, v, RootIno, "f").Ino); got != "written before the failed checkpoint" {
+		t.Fatalf("after a reopen: %q", got)
+	}
 }
