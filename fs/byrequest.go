@@ -11,7 +11,8 @@ import (
 // byRequest hands a value from a raw request, which go-fuse's node API
 // does not pass on, to the node or handle that serves it: keyed by the
 // request's cancel channel, which is the request's own while it is served
-// and reaches the node in its fuse.Context. killprivFS and umaskFS use it.
+// and reaches the node in its fuse.Context. killprivFS, umaskFS and
+// reviveFS use it.
 type byRequest[T any] struct {
 	vals sync.Map     // cancel channel -> T
 	n    atomic.Int32 // entries in vals: most requests look no further

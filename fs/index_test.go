@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/strata-sandbox/strata/checkpoint"
 	"github.com/strata-sandbox/strata/layers"
 )
@@ -208,5 +210,39 @@ func TestGenerationsFollowWhatTheKernelHolds(t *testing.T) {
 	sb.m.gens.mu.Unlock()
 	if kept != 0 {
 		t.Fatalf("%d generations kept after the kernel let go of every file and a repoint", kept)
+	}
+}
+
+// TestRevivedInodeBackInIndex: an inode a lookup handed go-fuse goes back
+// into the index after the request when go-fuse holds it (here taken out
+// as a FORGET racing with the lookup would), and one go-fuse does not
+// hold (a new inode never registered) does not.
+func TestRevivedInodeBackInIndex(t *testing.T) {
+	sb := newSandbox(t, nil)
+	writeFile(t, sb.path("f"), "data")
+	f, err := os.Open(sb.path("f"))
+	mustNil(t, "open", err)
+	defer f.Close()
+	ino := fileIno(t, f)
+	held := sb.m.index.known(ino)
+	if len(held) != 1 {
+		t.Fatalf("index holds %d inodes of f, want 1", len(held))
+	}
+	in := held[0]
+	sb.m.index.remove(ino, in) // as OnForget would, before go-fuse registers it again
+	sb.m.revived(&revival{in: in})
+	if got := sb.m.index.known(ino); len(got) != 1 || got[0] != in {
+		t.Fatalf("after the revival the index holds %d inodes of f, want the one the kernel holds", len(got))
+	}
+	sb.m.revived(&revival{in: in})
+	if got := sb.m.index.known(ino); len(got) != 1 {
+		t.Fatalf("a second revival: %d inodes of f indexed, want 1", len(got))
+	}
+	// An inode go-fuse never registered stays out, as does no inode.
+	stray := sb.m.root.NewInode(context.Background(), &node{m: sb.m}, gofs.StableAttr{Ino: ino, Mode: syscall.S_IFREG, Gen: 99})
+	sb.m.revived(&revival{in: stray})
+	sb.m.revived(&revival{})
+	if got := sb.m.index.known(ino); len(got) != 1 {
+		t.Fatalf("an empty revival changed the index: %d inodes of f", len(got))
 	}
 }

@@ -44,6 +44,7 @@ type Mount struct {
 	gens        generations // of the kernel inodes of files and directories
 	raw         *killprivFS
 	umasks      *umaskFS
+	revives     byRequest[*revival] // lookups and links (reviveFS)
 }
 
 // repointed moves the regular files a repoint touched, among those the
@@ -131,8 +132,9 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 		// Mode 0 is a real mode (chmod 0); without this go-fuse shows it as 0644.
 		NullPermissions: true,
 	}
-	// gofs.Mount, with the raw file system wrapped (killpriv.go, noflush.go).
-	m.umasks = &umaskFS{RawFileSystem: noFlushFS{gofs.NewNodeFS(m.root, opts)}}
+	// gofs.Mount, with the raw file system wrapped (killpriv.go, noflush.go,
+	// umask.go, index.go).
+	m.umasks = &umaskFS{RawFileSystem: &reviveFS{RawFileSystem: noFlushFS{gofs.NewNodeFS(m.root, opts)}, m: m}}
 	m.raw = &killprivFS{RawFileSystem: m.umasks}
 	server, err := fuse.NewServer(m.raw, dir, &opts.MountOptions)
 	if err != nil {
