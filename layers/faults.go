@@ -22,8 +22,10 @@ import (
 // records: "layer" (Txn.Layer) and "blocks" (Txn.LayerUsage) with the
 // layer, "layers" (Store.Layers) and "stack" (Store.Stack) with the
 // sandbox, "usage" (Store.LayerUsage) with the layer, "sandboxes"
-// (Store.Sandboxes) with "", "compare" (Store.Compare) with the sandbox.
-// A nil result lets the operation go ahead.
+// (Store.Sandboxes) with "", "compare" (Store.Compare) with the sandbox;
+// or "datasync" with the sandbox: the data sync of a live view's freeze or
+// repoint (a disk that fails it). A nil result lets the operation go
+// ahead.
 type FaultFunc func(op, key string) error
 
 // faultTable maps stores to their fault functions; it is replaced, never

@@ -100,9 +100,12 @@ func (v *View) quiesce(during, prepare func()) error {
 	var syncErr error
 	synced := make(chan struct{})
 	if f := v.files[v.activeLayer()]; f != nil {
+		name := v.info.Name
 		go func() {
 			defer close(synced)
-			syncErr = fdatasync(f)
+			if syncErr = v.s.fault("datasync", name); syncErr == nil {
+				syncErr = fdatasync(f)
+			}
 		}()
 	} else {
 		close(synced)

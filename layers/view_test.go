@@ -1269,3 +1269,95 @@ func TestFreezeThatFailsKeepsTheJournal(t *testing.T) {
 		t.Fatalf("after a reopen: %q", got)
 	}
 }
+
+// TestDataSyncFailsDuringFreezeOrRepoint: when the data sync of a
+// checkpoint or rollback fails (a disk error), nothing moves: the head
+// stays, the move's transaction is dropped with the journal's records put
+// back, and once the disk works again a sync stores them and what was
+// written reads back after a reopen.
+func TestDataSyncFailsDuringFreezeOrRepoint(t *testing.T) {
+	boom := errors.New("disk failed")
+	cases := []struct {
+		name string
+		move func(e *testEnv, target string) error
+	}{
+		{"freeze", func(e *testEnv, _ string) error {
+			_, _, err := e.store.Freeze(e.name, noFreezeFn)
+			return err
+		}},
+		{"repoint", func(e *testEnv, target string) error {
+			_, err := e.store.Repoint(e.name, target, noRepointFn)
+			return err
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, MinBlockSize, nil)
+			v := e.view()
+			defer func() { v.Close() }()
+			mkfile(t, v, RootIno, "kept", "before")
+			target := freeze(t, e.store, e.name)
+			mkfile(t, v, RootIno, "f", "written before the failed sync")
+			before, err := e.store.Sandbox(e.name)
+			ok(t, "sandbox", err)
+			var asked int
+			restore := e.store.InjectFault(func(op, key string) error {
+				if op == "datasync" && key == e.name {
+					asked++
+					return boom
+				}
+				return nil
+			})
+			err = c.move(e, target)
+			restore()
+			wantErr(t, c.name, err, boom)
+			if asked != 1 {
+				t.Fatalf("the data sync was asked %d times, want 1", asked)
+			}
+			after, err := e.store.Sandbox(e.name)
+			ok(t, "sandbox", err)
+			if after.Head != before.Head {
+				t.Fatalf("head moved from %s to %s", before.Head, after.Head)
+			}
+			ok(t, "sync", v.Sync())
+			v = e.reopen(v)
+			if got := content(t, v, lookup(t, v, RootIno, "f").Ino); got != "written before the failed sync" {
+				t.Fatalf("after a reopen: %q", got)
+			}
+		})
+	}
+}
+
+// TestOpenSnapshotInFreeze: a freeze's function that opens a snapshot of
+// the layer it freezes (a state hash with no parent hash to start from)
+// is told the layer's journal is not committed yet, and runs again once
+// it is: the snapshot then shows what the view wrote.
+func TestOpenSnapshotInFreeze(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	defer v.Close()
+	mkfile(t, v, RootIno, "f", "in the journal")
+	var errs []error
+	var got string
+	_, _, err := e.store.Freeze(e.name, func(tx *Txn, frozen, _ string) error {
+		snap, err := tx.OpenSnapshot(e.name, frozen)
+		errs = append(errs, err)
+		if err != nil {
+			return err
+		}
+		defer snap.Close()
+		a, err := snap.Lookup(RootIno, "f")
+		if err != nil {
+			return err
+		}
+		got = content(t, snap, a.Ino)
+		return nil
+	})
+	ok(t, "freeze", err)
+	if len(errs) != 2 || !errors.Is(errs[0], errNeedsJournal) || errs[1] != nil {
+		t.Fatalf("snapshot opens: %v, want errNeedsJournal, then success", errs)
+	}
+	if got != "in the journal" {
+		t.Fatalf("the snapshot reads %q", got)
+	}
+}
