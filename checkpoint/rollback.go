@@ -124,13 +124,16 @@ func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, ext
 				break
 			}
 		}
+		// Summed apart: the function may run again (a conflict).
+		var bytes int64
 		for _, l := range left {
 			u, err := tx.LayerUsage(l)
 			if err != nil {
 				return err
 			}
-			ar.Bytes += u.Bytes
+			bytes += u.Bytes
 		}
+		ar.Bytes = bytes
 		if restoring != "" {
 			b, err := tx.Get(keyArchive(restoring))
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-sandbox/strata/layers"
 )
@@ -293,5 +294,70 @@ func TestResolveArchive(t *testing.T) {
 	}
 	if _, err := e.mgr.Archives("ghost"); !errors.Is(err, layers.ErrNotFound) {
 		t.Fatalf("archives of a missing sandbox: %v", err)
+	}
+}
+
+// TestRollbackRunAgainCountsOnce: a rollback whose transaction meets a
+// conflict (here a record it reads is rewritten while its data syncs) is
+// run again; its archive records the layers' bytes once, and the
+// checkpoint it left reads back.
+func TestRollbackRunAgainCountsOnce(t *testing.T) {
+	e := newStoreEnv(t, nil)
+	e.put("s", "a", "first")
+	c0 := e.checkpoint("s", "c0")
+	e.put("s", "b", strings.Repeat("b", 3*layers.MinBlockSize))
+	c1 := e.checkpoint("s", "c1")
+	e.put("s", "c", "live")
+	want := int64(0)
+	for _, l := range []string{c1.Layer} {
+		u, err := e.store.LayerUsage(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += u.Bytes
+	}
+	// The rollback reads c1's checkpoint record (the archive's from);
+	// rewriting it unchanged after the rollback built its transaction
+	// makes badger refuse the commit as a conflict.
+	cpKey := keyLayerCP(c1.Layer)
+	rewritten := make(chan error, 1)
+	restore := e.store.InjectFault(func(op, key string) error {
+		if op != "datasync" {
+			return nil
+		}
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			rewritten <- e.store.Update(func(tx *layers.Txn) error {
+				b, err := tx.Get(cpKey)
+				if err != nil {
+					return err
+				}
+				return tx.Set(cpKey, b)
+			})
+		}()
+		time.Sleep(100 * time.Millisecond) // a slow disk: the rewrite lands meanwhile
+		return nil
+	})
+	res, err := e.mgr.Rollback("s", c0.ID)
+	restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-rewritten; err != nil {
+		t.Fatal(err)
+	}
+	ar, err := e.mgr.ResolveArchive(res.Archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := e.store.LayerUsage(ar.Layers[0]) // the active layer, archived
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ar.Bytes != want+u.Bytes || ar.FromCheckpoint != c1.ID || len(ar.Layers) != 2 {
+		t.Fatalf("archive %+v: bytes %d, want %d (c1's %d and the live layer's %d)", ar, ar.Bytes, want+u.Bytes, want, u.Bytes)
+	}
+	if got := e.liveTree("s"); got["a"] != "first" || len(got) != 1 {
+		t.Fatalf("after the rollback: %v", got)
 	}
 }
