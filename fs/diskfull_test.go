@@ -303,3 +303,51 @@ func TestDiskFullFreedByDelete(t *testing.T) {
 	sb.remount()
 	checkBytes(t, sb.path("again"), want)
 }
+
+// TestFsyncAfterADataSyncFailure: through a mount, an fsync whose data
+// sync fails returns EIO, and so does every later one, also once the disk
+// works again (a later sync could not tell whether the first one's data
+// reached the disk); reads go on. The unmount reports the failure, and the
+// next mount shows what was stored before it.
+func TestFsyncAfterADataSyncFailure(t *testing.T) {
+	sb := newSandbox(t, nil)
+	writeFile(t, sb.path("kept"), "stored")
+	f, err := os.OpenFile(sb.path("kept"), os.O_RDWR, 0)
+	mustNil(t, "open", err)
+	mustNil(t, "fsync", f.Sync())
+	f.Close()
+	g, err := os.Create(sb.path("g"))
+	mustNil(t, "create", err)
+	defer g.Close()
+	_, err = g.Write([]byte("not stored"))
+	mustNil(t, "write", err)
+	restore := sb.store.InjectFault(func(op, key string) error {
+		if op == "datasync" {
+			return errors.New("disk failed")
+		}
+		return nil
+	})
+	err = g.Sync()
+	restore()
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("fsync with a failing disk: %v, want EIO", err)
+	}
+	if err := g.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("fsync once the disk works: %v, want EIO", err)
+	}
+	if got := readFile(t, sb.path("kept")); got != "stored" {
+		t.Fatalf("read after the failure: %q", got)
+	}
+	g.Close()
+	if err := sb.m.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.m.View().Close(); !errors.Is(err, layers.ErrDataSync) {
+		t.Fatalf("closing the view: %v, want ErrDataSync", err)
+	}
+	sb.m = nil
+	sb.mount()
+	if got := readFile(t, sb.path("kept")); got != "stored" {
+		t.Fatalf("kept after a new mount: %q", got)
+	}
+}

@@ -30,6 +30,7 @@ var errnoTable = []struct {
 	{layers.ErrTooLarge, syscall.EFBIG},
 	{layers.ErrClosed, syscall.EIO},
 	{layers.ErrCorrupt, syscall.EIO},
+	{layers.ErrDataSync, syscall.EIO},
 	{layers.ErrPastEnd, syscall.ENXIO},
 }
 

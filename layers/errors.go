@@ -44,4 +44,8 @@ var (
 	ErrPastEnd = errors.New("no data or hole past the end")
 	// ErrFrozen: a frozen layer was asked to change.
 	ErrFrozen = errors.New("layer is frozen")
+	// ErrDataSync: a sync of a view's data failed; the view stores
+	// nothing more (View.syncData), and a new mount starts from what was
+	// stored before.
+	ErrDataSync = errors.New("data sync failed")
 )

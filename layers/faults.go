@@ -23,9 +23,9 @@ import (
 // layer, "layers" (Store.Layers) and "stack" (Store.Stack) with the
 // sandbox, "usage" (Store.LayerUsage) with the layer, "sandboxes"
 // (Store.Sandboxes) with "", "compare" (Store.Compare) with the sandbox;
-// or "datasync" with the sandbox: the data sync of a live view's freeze or
-// repoint (a disk that fails it). A nil result lets the operation go
-// ahead.
+// or "datasync" with the sandbox: a data sync of a live view (a freeze, a
+// repoint, a Sync), as a failing disk would fail it. A nil result lets the
+// operation go ahead.
 type FaultFunc func(op, key string) error
 
 // faultTable maps stores to their fault functions; it is replaced, never

@@ -93,6 +93,9 @@ func (v *View) quiesce(during, prepare func()) error {
 	if v.ro {
 		return ErrReadOnly
 	}
+	if err := v.dataFailed(); err != nil {
+		return err
+	}
 	// Before the sync starts: it must cover the size.
 	if err := v.reserveForSealLocked(); err != nil {
 		return err
@@ -100,12 +103,9 @@ func (v *View) quiesce(during, prepare func()) error {
 	var syncErr error
 	synced := make(chan struct{})
 	if f := v.files[v.activeLayer()]; f != nil {
-		name := v.info.Name
 		go func() {
 			defer close(synced)
-			if syncErr = v.s.fault("datasync", name); syncErr == nil {
-				syncErr = fdatasync(f)
-			}
+			syncErr = v.syncData(f)
 		}()
 	} else {
 		close(synced)
@@ -119,10 +119,7 @@ func (v *View) quiesce(during, prepare func()) error {
 	if err != nil {
 		return err
 	}
-	if syncErr != nil {
-		return fmt.Errorf("sync data: %w", mapOSErr(syncErr))
-	}
-	return nil
+	return syncErr
 }
 
 // fdatasync makes f's data (and its size) durable.

@@ -220,9 +220,14 @@ type View struct {
 	snapshot bool // opened by OpenSnapshot: no journal loop, not registered
 
 	cmu     sync.Mutex // serialises journal commits, so they land in order
-	jmu     sync.Mutex // protects pending, jerr, jqueued, jdone and holds
+	jmu     sync.Mutex // protects pending, jerr, dataErr, jqueued, jdone and holds
 	pending [][]kv     // the last len(pending) operations queued, in order
 	jerr    error
+	// dataErr is the data sync that failed (syncData): no record is
+	// committed from then on.
+	dataErr error
+	// dsMu serialises the data syncs of the view's files (syncData).
+	dsMu    sync.Mutex
 	jqueued uint64 // operations queued so far
 	jdone   uint64 // operations committed so far
 	// holds are the numbers of the first operations of seals whose data
@@ -723,6 +728,9 @@ func (v *View) commitLocked() error { return v.commitThroughLocked(0) }
 // whose data sync covers the operations up to there (a Sync's own seal,
 // a freeze's everything) may commit them whoever holds them.
 func (v *View) commitThroughLocked(through uint64) error {
+	if err := v.dataFailed(); err != nil {
+		return err
+	}
 	ops, upto := v.takeJournal(through)
 	for i := 0; i < len(ops); {
 		txn := v.s.db.NewTransaction(true)
@@ -923,7 +931,7 @@ func (v *View) Sync() error {
 		// here): fdatasync keeps it open while it syncs. One that closed
 		// it first had synced it (quiesce), after this seal: the data is
 		// durable, and the fsync(2) must not fail with EBADF.
-		switch err := fdatasync(f); {
+		switch err := v.syncData(f); {
 		case err == nil:
 			v.mu.Lock()
 			v.dataSynced = max(v.dataSynced, gen)
@@ -932,7 +940,7 @@ func (v *View) Sync() error {
 		default:
 			v.releaseJournal(hold)
 			v.keepFreed(f, freed)
-			return fmt.Errorf("sync data: %w", mapOSErr(err))
+			return err
 		}
 	}
 	v.releaseJournal(hold)
@@ -964,6 +972,42 @@ func (v *View) Sync() error {
 		v.punchPending()
 	}
 	return nil
+}
+
+// syncData makes data file f durable for a seal whose records name it.
+// When that fails, the data those records name may not be on disk, and a
+// later sync would not tell: the kernel reports a writeback error once,
+// to one caller, and no longer counts the pages it failed to write as
+// dirty. So the view fails stop: no record is committed from then on
+// (the sealed records would name lost data), every later sync, checkpoint
+// and rollback fails with ErrDataSync, and what the store holds stays
+// what the last good sync committed, which the next mount shows. The
+// syncs of one view's files are serialised, so the one that meets the
+// error records it before another can return.
+func (v *View) syncData(f *os.File) error {
+	v.dsMu.Lock()
+	defer v.dsMu.Unlock()
+	if err := v.dataFailed(); err != nil {
+		return err
+	}
+	err := v.s.fault("datasync", v.info.Name)
+	if err == nil {
+		err = fdatasync(f)
+	}
+	if err == nil || errors.Is(err, os.ErrClosed) {
+		return err // closed: see Sync
+	}
+	v.jmu.Lock()
+	defer v.jmu.Unlock()
+	v.dataErr = fmt.Errorf("sync data of sandbox %s: %w: %w (nothing written since its last durable sync is stored; unmount and mount again)", v.info.Name, ErrDataSync, mapOSErr(err))
+	return v.dataErr
+}
+
+// dataFailed is the data sync that failed, if one did (syncData).
+func (v *View) dataFailed() error {
+	v.jmu.Lock()
+	defer v.jmu.Unlock()
+	return v.dataErr
 }
 
 // holdJournal keeps commits from taking the operations queued from now
