@@ -44,3 +44,30 @@ func (b *byRequest[T]) get(ctx context.Context) (T, bool) {
 	}
 	return v.(T), true
 }
+
+// put keeps v for the request of ctx, the other way round from set: the
+// node hands it to the raw request's wrapper, which takes it afterwards.
+func (b *byRequest[T]) put(ctx context.Context, v T) {
+	fc, ok := ctx.(*fuse.Context)
+	if !ok || fc.Cancel == nil {
+		return
+	}
+	if _, loaded := b.vals.Swap(fc.Cancel, v); !loaded {
+		b.n.Add(1)
+	}
+}
+
+// take removes and returns what put kept for the request of cancel; it
+// costs one atomic load when nothing is kept.
+func (b *byRequest[T]) take(cancel <-chan struct{}) (T, bool) {
+	var zero T
+	if b.n.Load() == 0 {
+		return zero, false
+	}
+	v, ok := b.vals.LoadAndDelete(cancel)
+	if !ok {
+		return zero, false
+	}
+	b.n.Add(-1)
+	return v.(T), true
+}

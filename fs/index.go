@@ -130,38 +130,33 @@ func (x *inodeIndex) mostPerNumber() int {
 // LOOKUP_REVAL after an open refused as stale (TestOldGenerationForgotten
 // failed 4 times in 150 runs under -race): the kernel forgets the
 // revalidated reference while it looks the name up again. After the
-// request, the inode go-fuse holds again goes back into the index.
+// request, the inode go-fuse holds again goes back into the index. Only
+// a request that found a live inode leaves anything for its wrapper.
 type reviveFS struct {
 	fuse.RawFileSystem
 	m *Mount
 }
 
-// revival is where child notes the inode it handed go-fuse for a request.
-type revival struct{ in *gofs.Inode }
-
 func (r *reviveFS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	return r.serve(cancel, func() fuse.Status { return r.RawFileSystem.Lookup(cancel, header, name, out) })
-}
-
-func (r *reviveFS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
-	return r.serve(cancel, func() fuse.Status { return r.RawFileSystem.Link(cancel, in, name, out) })
-}
-
-// serve runs the request of cancel with a revival for child to note in.
-func (r *reviveFS) serve(cancel <-chan struct{}, req func() fuse.Status) fuse.Status {
-	rv := &revival{}
-	defer r.m.revives.set(cancel, rv)()
-	st := req()
-	r.m.revived(rv)
+	st := r.RawFileSystem.Lookup(cancel, header, name, out)
+	r.m.revived(cancel)
 	return st
 }
 
-// revived puts back into the index an inode a request handed go-fuse,
-// when go-fuse holds it (registered again after a FORGET took it out, or
-// still there: adding it again changes nothing).
-func (m *Mount) revived(rv *revival) {
+func (r *reviveFS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	st := r.RawFileSystem.Link(cancel, in, name, out)
+	r.m.revived(cancel)
+	return st
+}
+
+// revived puts back into the index the inode child handed go-fuse for
+// the request of cancel, if it did (Mount.revives), when go-fuse holds it
+// (registered again after a FORGET took it out, or still there: adding it
+// again changes nothing).
+func (m *Mount) revived(cancel <-chan struct{}) {
+	in, ok := m.revives.take(cancel)
 	//lint:ignore SA1019 see inodeIndex.live
-	if rv.in != nil && !rv.in.Forgotten() {
-		m.index.add(rv.in.StableAttr().Ino, rv.in)
+	if ok && !in.Forgotten() {
+		m.index.add(in.StableAttr().Ino, in)
 	}
 }

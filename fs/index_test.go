@@ -10,6 +10,7 @@ import (
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/strata-sandbox/strata/checkpoint"
 	"github.com/strata-sandbox/strata/layers"
 )
@@ -216,7 +217,7 @@ func TestGenerationsFollowWhatTheKernelHolds(t *testing.T) {
 // TestRevivedInodeBackInIndex: an inode a lookup handed go-fuse goes back
 // into the index after the request when go-fuse holds it (here taken out
 // as a FORGET racing with the lookup would), and one go-fuse does not
-// hold (a new inode never registered) does not.
+// hold (a new inode never registered) does not; nothing stays kept.
 func TestRevivedInodeBackInIndex(t *testing.T) {
 	sb := newSandbox(t, nil)
 	writeFile(t, sb.path("f"), "data")
@@ -229,19 +230,24 @@ func TestRevivedInodeBackInIndex(t *testing.T) {
 		t.Fatalf("index holds %d inodes of f, want 1", len(held))
 	}
 	in := held[0]
-	sb.m.index.remove(ino, in) // as OnForget would, before go-fuse registers it again
-	sb.m.revived(&revival{in: in})
+	// As child does for a request that found in live, then a FORGET.
+	cancel := make(chan struct{})
+	sb.m.revives.put(&fuse.Context{Cancel: cancel}, in)
+	sb.m.index.remove(ino, in)
+	sb.m.revived(cancel)
 	if got := sb.m.index.known(ino); len(got) != 1 || got[0] != in {
 		t.Fatalf("after the revival the index holds %d inodes of f, want the one the kernel holds", len(got))
 	}
-	sb.m.revived(&revival{in: in})
-	if got := sb.m.index.known(ino); len(got) != 1 {
-		t.Fatalf("a second revival: %d inodes of f indexed, want 1", len(got))
+	if _, kept := sb.m.revives.take(cancel); kept {
+		t.Fatal("the revival stayed kept after its request")
 	}
-	// An inode go-fuse never registered stays out, as does no inode.
+	// A request that found nothing live leaves nothing; an inode go-fuse
+	// never registered stays out.
+	sb.m.revived(cancel)
 	stray := sb.m.root.NewInode(context.Background(), &node{m: sb.m}, gofs.StableAttr{Ino: ino, Mode: syscall.S_IFREG, Gen: 99})
-	sb.m.revived(&revival{in: stray})
-	sb.m.revived(&revival{})
+	other := make(chan struct{})
+	sb.m.revives.put(&fuse.Context{Cancel: other}, stray)
+	sb.m.revived(other)
 	if got := sb.m.index.known(ino); len(got) != 1 {
 		t.Fatalf("an empty revival changed the index: %d inodes of f", len(got))
 	}

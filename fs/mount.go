@@ -44,7 +44,7 @@ type Mount struct {
 	gens        generations // of the kernel inodes of files and directories
 	raw         *killprivFS
 	umasks      *umaskFS
-	revives     byRequest[*revival] // lookups and links (reviveFS)
+	revives     byRequest[*gofs.Inode] // live inodes lookups and links handed back (reviveFS)
 }
 
 // repointed moves the regular files a repoint touched, among those the

@@ -131,9 +131,7 @@ func (n *node) child(ctx context.Context, a layers.Attr, out *fuse.EntryOut) *go
 	// rollback, another name of a file) is the one it would keep: a new
 	// one would be discarded and stay in the index for good.
 	if in := n.m.index.live(id); in != nil {
-		if rv, ok := n.m.revives.get(ctx); ok {
-			rv.in = in // a FORGET may take it out of the index meanwhile
-		}
+		n.m.revives.put(ctx, in) // a FORGET may take it out of the index meanwhile
 		return in
 	}
 	ch := n.NewInode(ctx, &node{m: n.m}, id)

@@ -72,18 +72,18 @@ func freezeTxn(txn *badger.Txn, name, next string) (string, error) {
 	return top.ID, putJSON(txn, keySandbox(name), info)
 }
 
-// quiesce stops the view's writers, seals everything and makes the data
-// durable; it returns with ioMu, mu and cmu held (release). The data
+// quiesce stops the view's writers, seals everything, makes the data
+// durable and commits, in one transaction with the journal, what fn
+// writes; it returns with ioMu, mu and cmu held (release). The data
 // written so far is final, so it syncs while the blocks are sealed, which
-// only reads it; during, when not nil, runs meanwhile too: work on the
-// sealed state in memory. The journal, whose sealed blocks' records name
-// the new slots, may be committed only once the data is durable (the
-// store's log is shared, and another sandbox's sync may flush it at any
-// moment after a commit): prepare, run after during, builds the caller's
-// transaction with the journal in it (prepareWithJournalLocked), which
-// the caller commits once quiesce returned without error, and abandons
-// otherwise. Holding cmu keeps the journal loop out meanwhile.
-func (v *View) quiesce(during, prepare func()) error {
+// only reads it; during runs meanwhile too (work on the sealed state in
+// memory), and then the transaction is built (prepareWithJournalLocked).
+// The journal, whose sealed blocks' records name the new slots, is
+// committed only once the data is durable: the store's log is shared, and
+// another sandbox's sync may flush it at any moment after a commit. If
+// the seal or the sync fails, nothing is committed and the journal stays
+// pending. Holding cmu keeps the journal loop out meanwhile.
+func (v *View) quiesce(during func(), fn journalFunc) error {
 	v.ioMu.Lock()
 	v.mu.Lock()
 	v.cmu.Lock()
@@ -110,16 +110,23 @@ func (v *View) quiesce(during, prepare func()) error {
 	} else {
 		close(synced)
 	}
+	var p *prepared
 	err := v.sealLocked()
 	if err == nil {
 		during()
-		prepare()
+		p = v.prepareWithJournalLocked(fn)
 	}
 	<-synced
+	if err == nil {
+		err = syncErr
+	}
 	if err != nil {
+		if p != nil {
+			p.abandon()
+		}
 		return err
 	}
-	return syncErr
+	return p.commit()
 }
 
 // fdatasync makes f's data (and its size) durable.
@@ -146,32 +153,24 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 	defer v.release()
 	tx := &Txn{s: v.s}
 	next = NewID()
-	var p *prepared
 	err = v.quiesce(func() {
 		// What the layer changed, from memory, while its data syncs: the
 		// checkpoint's state hash needs it, a later rollback too.
 		if d, ok, err := v.activeDeltaLocked(); ok && err == nil {
 			tx.keepDelta(d)
 		}
-	}, func() {
-		p = v.prepareWithJournalLocked(func(txn *badger.Txn, journal bool) error {
-			var err error
-			frozen, err = freezeTxn(txn, v.info.Name, next)
-			if err != nil {
-				return err
-			}
-			tx.txn, tx.pending = txn, ""
-			if journal {
-				tx.pending = frozen
-			}
-			return fn(tx, frozen, next)
-		})
+	}, func(txn *badger.Txn, journal bool) error {
+		var err error
+		frozen, err = freezeTxn(txn, v.info.Name, next)
+		if err != nil {
+			return err
+		}
+		tx.txn, tx.pending = txn, ""
+		if journal {
+			tx.pending = frozen
+		}
+		return fn(tx, frozen, next)
 	})
-	if err == nil {
-		err = p.commit()
-	} else if p != nil {
-		p.abandon()
-	}
 	if err != nil {
 		return "", "", err
 	}
@@ -416,7 +415,6 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 	}
 	if v != nil {
 		defer v.release()
-		var p *prepared
 		err = v.quiesce(func() {
 			// The state being left is final: what it changed, and how it
 			// differs from the target, are told while its data syncs.
@@ -428,12 +426,7 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 			if wantDiff {
 				rd, _ = v.diffLocked(parent, d)
 			}
-		}, func() { p = v.prepareWithJournalLocked(body) })
-		if err == nil {
-			err = p.commit()
-		} else if p != nil {
-			p.abandon()
-		}
+		}, body)
 	} else {
 		err = s.update(func(txn *badger.Txn) error { return body(txn, false) })
 	}
