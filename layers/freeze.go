@@ -165,10 +165,7 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 		if err != nil {
 			return err
 		}
-		tx.txn, tx.pending = txn, ""
-		if journal {
-			tx.pending = frozen
-		}
+		tx.bind(txn, journal, frozen)
 		return fn(tx, frozen, next)
 	})
 	if err != nil {
@@ -406,10 +403,7 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 			return err
 		}
 		stack = append([]string{next}, newChain...)
-		tx.txn, tx.pending = txn, ""
-		if journal {
-			tx.pending = head
-		}
+		tx.bind(txn, journal, head)
 		left = leaving
 		return fn(tx, leaving, joined, next)
 	}

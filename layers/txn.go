@@ -29,6 +29,15 @@ type Txn struct {
 	pending string
 }
 
+// bind makes t write into txn, which holds layer's journal, not yet
+// committed, when journal is true (pending).
+func (t *Txn) bind(txn *badger.Txn, journal bool, layer string) {
+	t.txn, t.pending = txn, ""
+	if journal {
+		t.pending = layer
+	}
+}
+
 // errNeedsJournal is what a read of the pending layer's committed state
 // returns inside a transaction that holds its journal (Txn.pending).
 var errNeedsJournal = errors.New("the layer's journal is not committed yet")
