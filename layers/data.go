@@ -489,12 +489,14 @@ func (v *View) markBlock(st *inodeState, blk uint64) {
 	}
 	st.dirtyBlocks[blk] = struct{}{}
 	v.dirty[st.ino] = st
+	v.changes.Add(1)
 }
 
 func (v *View) markRec(st *inodeState) {
 	st.allocKnown = false
 	st.dirtyRec = true
 	v.dirty[st.ino] = st
+	v.changes.Add(1)
 }
 
 // WriteAt writes p into file ino at off (append: at the end of the file).

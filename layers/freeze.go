@@ -102,7 +102,9 @@ func (v *View) quiesce(during func(), fn journalFunc) error {
 	}
 	var syncErr error
 	synced := make(chan struct{})
-	if f := v.files[v.activeLayer()]; f != nil {
+	// Nothing written since the last data sync (an idle sync made it):
+	// nothing to wait for, not even a device flush.
+	if f := v.files[v.activeLayer()]; f != nil && v.dataSynced < v.dataGen {
 		go func() {
 			defer close(synced)
 			syncErr = v.syncData(f)
@@ -156,7 +158,7 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 	err = v.quiesce(func() {
 		// What the layer changed, from memory, while its data syncs: the
 		// checkpoint's state hash needs it, a later rollback too.
-		if d, ok, err := v.activeDeltaLocked(); ok && err == nil {
+		if d, ok, err := v.activeDeltaNowLocked(); ok && err == nil {
 			tx.keepDelta(d)
 		}
 	}, func(txn *badger.Txn, journal bool) error {
@@ -412,7 +414,7 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 		err = v.quiesce(func() {
 			// The state being left is final: what it changed, and how it
 			// differs from the target, are told while its data syncs.
-			d, ok, err := v.activeDeltaLocked()
+			d, ok, err := v.activeDeltaNowLocked()
 			if !ok || err != nil {
 				return
 			}

@@ -120,7 +120,10 @@ func (b *batch) delEntry(dir uint64, name string) {
 	b.kv = append(b.kv, kv{key: keyEntry(b.v.activeLayer(), dir, name), del: true})
 }
 
-func (b *batch) done() { b.v.queue(b.kv) }
+func (b *batch) done() {
+	b.v.changes.Add(1)
+	b.v.queue(b.kv)
+}
 
 // touch marks st changed now (ctime, and mtime when content changed).
 func touch(st *inodeState, content bool) {

@@ -214,6 +214,11 @@ type View struct {
 	// count has finished: one still running does not count, or the
 	// records a Sync commits could reach the disk before the data.
 	dataGen, dataSynced uint64
+	// changes counts the changes to the tree (markRec, markBlock and every
+	// queued operation), so that a delta computed while the view was
+	// idle (idleDelta, under mu) is used only when nothing changed since.
+	changes   atomic.Uint64
+	idleDelta *idleDelta
 
 	pre      *preImages
 	closed   bool
@@ -537,6 +542,11 @@ func (v *View) loop() {
 	defer func() { <-spares }()
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
+	// idle fires once the sandbox has had no data write for idleSync; a
+	// burst of writes pushes it back (each burst kicks the loop once).
+	idle := time.NewTimer(idleSync)
+	idle.Stop()
+	defer idle.Stop()
 	// freeing is armed while slots a removal, truncate or punch freed
 	// wait for the durable sync that lets them be punched: df shows the
 	// space again within freeDelay, not at the next tick (xfstests
@@ -559,6 +569,19 @@ func (v *View) loop() {
 			if v.takeRemoved() && freeing == nil {
 				freeing = time.After(freeDelay)
 			}
+			idle.Reset(idleSync)
+		case <-idle.C:
+			// The writer paused (an agent between two tool calls): what
+			// it wrote is sealed and made durable now, and what the layer
+			// changed is told, so a checkpoint taken next finds nothing
+			// left to seal, sync, journal or compare.
+			if idleSyncHook != nil {
+				idleSyncHook(v)
+			}
+			if v.Sync() == nil {
+				v.keepIdleDelta()
+			}
+			v.punchPending()
 		case <-freeing:
 			freeing = nil
 			_ = v.Sync()
@@ -579,6 +602,58 @@ func (v *View) loop() {
 // freeDelay is how long freed slots wait for a sync before the journal
 // loop makes one to punch them.
 const freeDelay = 20 * time.Millisecond
+
+// idleSync is how long a view waits, after the last burst of changes,
+// before it seals and syncs them and tells the active layer's delta. A
+// checkpoint then costs its own records, one small commit and one log
+// flush (docs/design.md, "Idle sync"). Agents take a checkpoint after a
+// pause (the model's turn), rarely within 100 ms of their last write.
+// The price is for writers that pause and go on: a block written again
+// after its seal moves to a new slot (a copy of the pages it holds) and
+// each pause costs a data and a log flush, as the 5 s sync does.
+const idleSync = 100 * time.Millisecond
+
+// idleSyncHook, when a test sets it, runs before each sync the idle timer
+// starts.
+var idleSyncHook func(v *View)
+
+// idleDelta is the active layer's delta as the idle sync left it, with
+// the view's change count then.
+type idleDelta struct {
+	d       *LayerDelta
+	layer   string
+	changes uint64
+}
+
+// keepIdleDelta tells, after an idle sync sealed everything, what the
+// active layer changed, for the freeze or repoint that may come next
+// (activeDeltaNowLocked). A write that came in after the sync leaves
+// blocks to seal: then nothing is kept.
+func (v *View) keepIdleDelta() {
+	v.ioMu.Lock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	defer v.ioMu.Unlock()
+	v.idleDelta = nil
+	if v.closed || len(v.stack) == 0 || len(v.dirty) > 0 {
+		return
+	}
+	if d, ok, err := v.activeDeltaLocked(); ok && err == nil {
+		v.idleDelta = &idleDelta{d: d, layer: v.activeLayer(), changes: v.changes.Load()}
+	}
+}
+
+// activeDeltaNowLocked is activeDeltaLocked, or the delta the last idle
+// sync told when nothing changed since. Either way the kept one goes: a
+// delta is handed to one freeze or repoint.
+func (v *View) activeDeltaNowLocked() (d *LayerDelta, ok bool, err error) {
+	k := v.idleDelta
+	v.idleDelta = nil
+	if k != nil && k.layer == v.activeLayer() && k.changes == v.changes.Load() {
+		return k.d, true, nil
+	}
+	return v.activeDeltaLocked()
+}
 
 // takeRemoved reports whether a removal, truncate or punch freed slots
 // since it was last asked.

@@ -1,0 +1,254 @@
+package layers
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// countDataSyncs counts the data syncs of the store's live views until
+// the test ends.
+func countDataSyncs(t *testing.T, s *Store) *atomic.Int32 {
+	t.Helper()
+	var n atomic.Int32
+	restore := s.InjectFault(func(op, key string) error {
+		if op == "datasync" {
+			n.Add(1)
+		}
+		return nil
+	})
+	t.Cleanup(restore)
+	return &n
+}
+
+// watchIdleSyncs counts the syncs the idle timer starts until the test
+// ends.
+func watchIdleSyncs(t *testing.T) *atomic.Int32 {
+	t.Helper()
+	var n atomic.Int32
+	idleSyncHook = func(*View) { n.Add(1) }
+	t.Cleanup(func() { idleSyncHook = nil })
+	return &n
+}
+
+// syncedView opens a sandbox's view with file f written and synced; the
+// view is closed when the test ends.
+func syncedView(t *testing.T) (*testEnv, *View, Attr) {
+	t.Helper()
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	t.Cleanup(func() { v.Close() })
+	f := mkfile(t, v, RootIno, "f", "data")
+	ok(t, "sync", v.Sync())
+	return e, v, f
+}
+
+// inodeChange is d's change of inode ino, or nil.
+func inodeChange(d *LayerDelta, ino uint64) *InodeChange {
+	for i := range d.Inodes {
+		if d.Inodes[i].Ino == ino {
+			return &d.Inodes[i]
+		}
+	}
+	return nil
+}
+
+// idleState is what an idle sync is to leave behind.
+func idleState(v *View) (dirty int, dataBehind, journalBehind bool, kept *idleDelta) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.jmu.Lock()
+	defer v.jmu.Unlock()
+	return len(v.dirty), v.dataSynced < v.dataGen, v.jdone < v.jqueued, v.idleDelta
+}
+
+// TestIdleSync: once a sandbox has had no change for idleSync, what was
+// written is sealed, its data synced, its records committed and the
+// store's log flushed, and the active layer's delta is told; the freeze
+// that comes next syncs no data and keeps that delta. Writes that go on
+// keep pushing the idle sync back.
+func TestIdleSync(t *testing.T) {
+	idles := watchIdleSyncs(t)
+	e := newEnv(t, MinBlockSize, nil)
+	syncs := countDataSyncs(t, e.store)
+	v := e.view()
+	defer v.Close()
+	f := mkfile(t, v, RootIno, "f", "first")
+	// Writes every 5 ms for 300 ms: no idle sync meanwhile.
+	for i := 0; i < 60; i++ {
+		_, err := v.WriteAt(f.Ino, []byte("more"), int64(5+4*i), false)
+		ok(t, "write", err)
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := idles.Load(); n != 0 {
+		t.Fatalf("%d idle syncs while writes went on every 5 ms", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		dirty, dataBehind, journalBehind, kept := idleState(v)
+		if dirty == 0 && !dataBehind && !journalBehind && kept != nil {
+			if c := inodeChange(kept.d, f.Ino); kept.layer != v.activeLayer() || c == nil || c.New.Size != 5+4*60 {
+				t.Fatalf("the idle delta is of layer %s with %+v; want layer %s with inode %d of %d bytes", kept.layer, kept.d.Inodes, v.activeLayer(), f.Ino, 5+4*60)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the last write: %d dirty inodes, data behind %v, journal behind %v, delta kept %v", dirty, dataBehind, journalBehind, kept != nil)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := idles.Load(); n != 1 {
+		t.Fatalf("%d idle syncs after one pause, want 1", n)
+	}
+	if e.store.synced.Load() < e.store.commits.Load() {
+		t.Fatalf("the store's log was not flushed: %d commits, %d synced", e.store.commits.Load(), e.store.synced.Load())
+	}
+	kept := v.idleDelta.d
+	before := syncs.Load()
+	frozen, _, err := e.store.Freeze("sb", noFreezeFn)
+	ok(t, "freeze", err)
+	if n := syncs.Load() - before; n != 0 {
+		t.Fatalf("the freeze after an idle sync made %d data syncs, want none", n)
+	}
+	if got := e.store.deltas.get(frozen); got != kept {
+		t.Fatalf("the freeze kept delta %p, not the idle sync's %p", got, kept)
+	}
+	if got := content(t, v, f.Ino); len(got) != 5+4*60 {
+		t.Fatalf("after the freeze the file holds %d bytes", len(got))
+	}
+}
+
+// TestIdleDeltaAfterAChange: a change after the idle sync told the
+// active layer's delta, of any kind, makes a freeze tell it again, so the
+// delta it keeps holds the change; with no change it keeps the told one.
+func TestIdleDeltaAfterAChange(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(t *testing.T, v *View, f Attr)
+		// has reports whether the delta holds the change.
+		has func(d *LayerDelta, f Attr) bool
+	}{
+		{"none", func(*testing.T, *View, Attr) {}, func(d *LayerDelta, f Attr) bool {
+			c := inodeChange(d, f.Ino)
+			return c != nil && c.New.Size == 4
+		}},
+		{"data write", func(t *testing.T, v *View, f Attr) {
+			_, err := v.WriteAt(f.Ino, []byte("longer"), 4, false)
+			ok(t, "write", err)
+		}, func(d *LayerDelta, f Attr) bool {
+			c := inodeChange(d, f.Ino)
+			return c != nil && c.New.Size == 10
+		}},
+		{"chmod", func(t *testing.T, v *View, f Attr) {
+			mode := uint32(0o600)
+			_, err := v.SetAttr(f.Ino, SetAttrIn{Mode: &mode})
+			ok(t, "chmod", err)
+		}, func(d *LayerDelta, f Attr) bool {
+			c := inodeChange(d, f.Ino)
+			return c != nil && c.New.Mode&0o777 == 0o600
+		}},
+		{"mkdir", func(t *testing.T, v *View, f Attr) {
+			mkdir(t, v, RootIno, "d")
+		}, func(d *LayerDelta, f Attr) bool {
+			for _, e := range d.Entries {
+				if e.Name == "d" && e.New != nil {
+					return true
+				}
+			}
+			return false
+		}},
+		{"rename", func(t *testing.T, v *View, f Attr) {
+			ok(t, "rename", v.Rename(RootIno, "f", RootIno, "g", 0))
+		}, func(d *LayerDelta, f Attr) bool {
+			for _, e := range d.Entries {
+				if e.Name == "g" && e.New != nil && e.New.Ino == f.Ino {
+					return true
+				}
+			}
+			return false
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e, v, f := syncedView(t)
+			// What the idle timer does, now.
+			v.keepIdleDelta()
+			if v.idleDelta == nil {
+				t.Fatal("no delta told after a sync")
+			}
+			told := v.idleDelta.d
+			tc.change(t, v, f)
+			frozen, _, err := e.store.Freeze("sb", noFreezeFn)
+			ok(t, "freeze", err)
+			d := e.store.deltas.get(frozen)
+			if d == nil || !tc.has(d, f) {
+				t.Fatalf("the frozen layer's delta lacks the change (delta kept: %v)", d != nil)
+			}
+			if reused := d == told; reused != (tc.name == "none") {
+				t.Fatalf("the told delta reused: %v", reused)
+			}
+		})
+	}
+}
+
+// TestFreezeSyncsOnlyUnsyncedData: a freeze syncs the data file when
+// something was written since its last data sync, and not otherwise.
+func TestFreezeSyncsOnlyUnsyncedData(t *testing.T) {
+	tests := []struct {
+		name      string
+		sync      bool // v.Sync() after the write
+		wantSyncs int32
+	}{
+		{"written since the last sync", false, 1},
+		{"synced since the last write", true, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, MinBlockSize, nil)
+			v := e.view()
+			defer v.Close()
+			f := mkfile(t, v, RootIno, "f", "data")
+			if tc.sync {
+				ok(t, "sync", v.Sync())
+			}
+			syncs := countDataSyncs(t, e.store)
+			_, _, err := e.store.Freeze("sb", noFreezeFn)
+			ok(t, "freeze", err)
+			if n := syncs.Load(); n != tc.wantSyncs {
+				t.Fatalf("the freeze made %d data syncs, want %d", n, tc.wantSyncs)
+			}
+			v = e.reopen(v)
+			if got := content(t, v, lookup(t, v, RootIno, "f").Ino); got != "data" {
+				t.Fatalf("after a restart f holds %q", got)
+			}
+			_ = f
+		})
+	}
+}
+
+// TestKeepIdleDeltaOnlyWhenSealed: the idle sync keeps no delta when a
+// write came in after its seal (blocks left to seal) or the view closed.
+func TestKeepIdleDeltaOnlyWhenSealed(t *testing.T) {
+	tests := []struct {
+		name  string
+		after func(t *testing.T, v *View, f Attr)
+		want  bool
+	}{
+		{"sealed", func(*testing.T, *View, Attr) {}, true},
+		{"written since", func(t *testing.T, v *View, f Attr) {
+			_, err := v.WriteAt(f.Ino, []byte("x"), 0, false)
+			ok(t, "write", err)
+		}, false},
+		{"closed", func(t *testing.T, v *View, f Attr) { ok(t, "close", v.Close()) }, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, v, f := syncedView(t)
+			tc.after(t, v, f)
+			v.keepIdleDelta()
+			if got := v.idleDelta != nil; got != tc.want {
+				t.Fatalf("delta kept: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
