@@ -247,7 +247,7 @@ func TestCheckpointQuickRun(t *testing.T) {
 		require(t, "no /dev/fuse")
 	}
 	var rep ckptReport
-	runJSON(t, &rep, "-suite", "checkpoint", "-quick")
+	runJSON(t, &rep, "-suite", "checkpoint", "-quick", "-pause", "10ms")
 
 	ok := map[string]bool{}
 	for _, st := range rep.Peers {
@@ -319,7 +319,10 @@ func TestCheckpointQuickRun(t *testing.T) {
 		}
 	}
 	md := rep.Markdown()
-	for _, want := range []string{"## Checkpoint latency", "## Rollback latency", "## Bytes per checkpoint", "| strata-api | "} {
+	if rep.Meta.Pause != "10ms" {
+		t.Errorf("pause in the report: %q, want 10ms", rep.Meta.Pause)
+	}
+	for _, want := range []string{"## Checkpoint latency", "## Rollback latency", "## Bytes per checkpoint", "| strata-api | ", "a pause of 10ms"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q", want)
 		}

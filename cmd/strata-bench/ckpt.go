@@ -57,6 +57,10 @@ type ckptConfig struct {
 	StorageCheckpoints int
 	Peers              []string
 	Command            string // the command line, for the report
+	// Pause is waited after each change set is applied, before the
+	// checkpoint or rollback: an agent's turn between its tool's writes
+	// and the next checkpoint.
+	Pause time.Duration
 }
 
 // ckptFlags are the command-line flags of the checkpoint suite.
@@ -64,7 +68,7 @@ type ckptFlags struct {
 	sizes, peers             *string
 	rounds, changes, edits   *int
 	storageCheckpoints       *int
-	budget                   *time.Duration
+	budget, pause            *time.Duration
 	names                    []string // flag names, to refuse them in the fs suite
 	fsOnly                   []string // fs suite flags refused here
 	defaultSizes, quickSizes []int
@@ -86,6 +90,7 @@ func addCkptFlags(fl *flag.FlagSet) *ckptFlags {
 	f.edits = fl.Int("edits", 10, "checkpoint suite: files edited by 8 bytes before each storage-phase checkpoint")
 	f.storageCheckpoints = fl.Int("storage-checkpoints", 5, "checkpoint suite: checkpoints in the storage phase")
 	f.budget = fl.Duration("budget", 20*time.Second, "checkpoint suite: stop starting rounds of one peer at one size after this long (at least 3 rounds run)")
+	f.pause = fl.Duration("pause", 0, "checkpoint suite: wait this long after applying each change set, before the checkpoint or rollback (an agent's turn)")
 	fl.VisitAll(func(x *flag.Flag) {
 		if !before[x.Name] {
 			f.names = append(f.names, x.Name)
@@ -103,7 +108,7 @@ func (f *ckptFlags) config(set map[string]bool, quick bool, args []string) (ckpt
 	}
 	c := ckptConfig{
 		Rounds: *f.rounds, MinRounds: 3, Budget: *f.budget, Changes: *f.changes,
-		Edits: *f.edits, StorageCheckpoints: *f.storageCheckpoints, Peers: splitList(*f.peers),
+		Edits: *f.edits, StorageCheckpoints: *f.storageCheckpoints, Peers: splitList(*f.peers), Pause: *f.pause,
 		Command: "strata-bench " + strings.Join(args, " "),
 	}
 	sizes := *f.sizes
@@ -136,6 +141,8 @@ func (f *ckptFlags) config(set map[string]bool, quick bool, args []string) (ckpt
 		return ckptConfig{}, errors.New("-files: no sizes")
 	case c.Rounds < 1:
 		return ckptConfig{}, fmt.Errorf("-rounds %d: need at least 1", c.Rounds)
+	case c.Pause < 0:
+		return ckptConfig{}, fmt.Errorf("-pause %v: must not be negative", c.Pause)
 	case c.Changes < 3:
 		return ckptConfig{}, fmt.Errorf("-changes %d: need at least 3 (an edit, an add and a delete)", c.Changes)
 	case c.Changes > min(slices.Min(c.Sizes)/2, 10000):
@@ -290,6 +297,7 @@ func (h *harness) ckptRun(ctx context.Context, cc ckptConfig, p *ckptPeer, base 
 			return res, fmt.Errorf("round %d: apply A: %w", round, err)
 		}
 		m.commit(a)
+		time.Sleep(cc.Pause)
 		ref, took, err := t.checkpoint(ctx)
 		if err != nil {
 			return res, fmt.Errorf("round %d: checkpoint: %w", round, err)
@@ -300,6 +308,7 @@ func (h *harness) ckptRun(ctx context.Context, cc ckptConfig, p *ckptPeer, base 
 		if err := b.apply(t.root); err != nil {
 			return res, fmt.Errorf("round %d: apply B: %w", round, err)
 		}
+		time.Sleep(cc.Pause)
 		if took, err = t.rollback(ctx, ref); err != nil {
 			return res, fmt.Errorf("round %d: rollback: %w", round, err)
 		}

@@ -43,6 +43,7 @@ type ckptMeta struct {
 	Changes            int     `json:"changes"`
 	Edits              int     `json:"edits"`
 	StorageCheckpoints int     `json:"storage_checkpoints"`
+	Pause              string  `json:"pause,omitempty"`
 	started            time.Time
 }
 
@@ -123,8 +124,16 @@ func (h *harness) ckptMeta(cc ckptConfig) ckptMeta {
 		WorkDir: h.work, WorkFS: fsType(h.work), Command: cc.Command, LoadStart: loadAverage(),
 		Sizes: cc.Sizes, Rounds: cc.Rounds, MinRounds: cc.MinRounds, Budget: cc.Budget.String(),
 		Changes: cc.Changes, Edits: cc.Edits, StorageCheckpoints: cc.StorageCheckpoints,
-		started: time.Now(),
+		Pause: pauseString(cc.Pause), started: time.Now(),
 	}
+}
+
+// pauseString is the pause for the report, "" for none.
+func pauseString(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return d.String()
 }
 
 // cpuModel is the first "model name" of /proc/cpuinfo, or "".
@@ -384,6 +393,9 @@ func (r *ckptReport) Markdown() string {
 		"the Go call for strata-api, the command(s) for the others (process start included). "+
 		"Caches are dropped before each peer's setup (after the previous peer's cleanup), then stay warm.\n",
 		wsPerDir, m.Changes, describeMix(m.Changes), m.Rounds, m.MinRounds, m.Budget)
+	if m.Pause != "" {
+		fmt.Fprintf(&b, "\nEach change set is followed by a pause of %s (an agent's turn) before the checkpoint or rollback.\n", m.Pause)
+	}
 
 	if len(r.Failures) > 0 {
 		b.WriteString("\n## Failures\n\n")

@@ -198,6 +198,8 @@ func TestCheckpointFlags(t *testing.T) {
 		{"tiny workspace", []string{"-suite", "checkpoint", "-files", "5"}, `-files "5"`},
 		{"too many changes", []string{"-suite", "checkpoint", "-files", "100", "-changes", "80"}, "-changes 80"},
 		{"no rounds", []string{"-suite", "checkpoint", "-rounds", "0"}, "-rounds 0"},
+		{"negative pause", []string{"-suite", "checkpoint", "-pause", "-1s"}, "-pause -1s"},
+		{"pause in fs suite", []string{"-pause", "1s"}, "-pause belongs to -suite checkpoint"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
