@@ -231,19 +231,29 @@ func TestFreezeSyncsOnlyUnsyncedData(t *testing.T) {
 func TestKeepIdleDeltaOnlyWhenSealed(t *testing.T) {
 	tests := []struct {
 		name  string
+		max   int // idleDeltaMax for the case; 0: the default
 		after func(t *testing.T, v *View, f Attr)
 		want  bool
 	}{
-		{"sealed", func(*testing.T, *View, Attr) {}, true},
-		{"written since", func(t *testing.T, v *View, f Attr) {
+		{"sealed", 0, func(*testing.T, *View, Attr) {}, true},
+		{"written since", 0, func(t *testing.T, v *View, f Attr) {
 			_, err := v.WriteAt(f.Ino, []byte("x"), 0, false)
 			ok(t, "write", err)
 		}, false},
-		{"closed", func(t *testing.T, v *View, f Attr) { ok(t, "close", v.Close()) }, false},
+		{"closed", 0, func(t *testing.T, v *View, f Attr) { ok(t, "close", v.Close()) }, false},
+		// f, its entry and the root: 3 changes.
+		{"more changes than idleDeltaMax", 2, func(*testing.T, *View, Attr) {}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.max > 0 {
+				// Set while no view's loop runs, which reads it.
+				old := idleDeltaMax
+				idleDeltaMax = tc.max
+				defer func() { idleDeltaMax = old }()
+			}
 			_, v, f := syncedView(t)
+			defer v.Close()
 			tc.after(t, v, f)
 			v.keepIdleDelta()
 			if got := v.idleDelta != nil; got != tc.want {

@@ -542,8 +542,9 @@ func (v *View) loop() {
 	defer func() { <-spares }()
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
-	// idle fires once the sandbox has had no data write for idleSync; a
-	// burst of writes pushes it back (each burst kicks the loop once).
+	// idle fires once the sandbox has had no change for idleSync; a burst
+	// of writes or operations pushes it back (each burst kicks the loop
+	// once).
 	idle := time.NewTimer(idleSync)
 	idle.Stop()
 	defer idle.Stop()
@@ -625,17 +626,25 @@ type idleDelta struct {
 	changes uint64
 }
 
+// idleDeltaMax bounds the changes (inodes and entries) of an active layer
+// whose delta the idle sync tells: it holds the view meanwhile (2.0 ms
+// for 2,000 new files, 4,001 changes, in a scratch test; 0.09 ms for
+// 100), and a writer that goes on after the pause waits for it. A larger
+// layer's checkpoint tells it as before. Tests make it smaller.
+var idleDeltaMax = 2048
+
 // keepIdleDelta tells, after an idle sync sealed everything, what the
 // active layer changed, for the freeze or repoint that may come next
 // (activeDeltaNowLocked). A write that came in after the sync leaves
-// blocks to seal: then nothing is kept.
+// blocks to seal: then nothing is kept, nor for a layer past
+// idleDeltaMax changes.
 func (v *View) keepIdleDelta() {
 	v.ioMu.Lock()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	defer v.ioMu.Unlock()
 	v.idleDelta = nil
-	if v.closed || len(v.stack) == 0 || len(v.dirty) > 0 {
+	if v.closed || len(v.stack) == 0 || len(v.dirty) > 0 || v.pre == nil || len(v.pre.inodes)+len(v.pre.entries) > idleDeltaMax {
 		return
 	}
 	if d, ok, err := v.activeDeltaLocked(); ok && err == nil {
