@@ -302,6 +302,39 @@ func TestKill9KeepsWhatWasSynced(t *testing.T) {
 	}
 }
 
+// TestKill9KeepsWhatWasLeftIdle: what was written through the mount, not
+// fsync'ed, is kept by a kill -9 once the sandbox was left idle for a
+// moment (the view's idle sync, 100 ms after the last change).
+func TestKill9KeepsWhatWasLeftIdle(t *testing.T) {
+	e := newEnv(t)
+	e.ok("sandbox", "create", "demo", "--base", e.base)
+	var info control.MountInfo
+	e.okJSON(&info, "mount", "demo", e.mnt)
+	writeFile(t, filepath.Join(e.mnt, "idle.txt"), "written, never fsync'ed")
+	if err := os.Mkdir(filepath.Join(e.mnt, "newdir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(e.mnt, "dir", "b.txt")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the killed server to be gone", func() bool { return processGone(info.PID) })
+	e.ok("mount", "demo", e.mnt)
+	if got := readFile(t, filepath.Join(e.mnt, "idle.txt")); got != "written, never fsync'ed" {
+		t.Fatalf("idle.txt after kill -9: got %q", got)
+	}
+	if fi, err := os.Stat(filepath.Join(e.mnt, "newdir")); err != nil || !fi.IsDir() {
+		t.Fatalf("newdir after kill -9: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.mnt, "dir", "b.txt")); !os.IsNotExist(err) {
+		t.Fatalf("dir/b.txt after kill -9: got %v, want it deleted", err)
+	}
+	e.ok("unmount", "demo")
+}
+
 // processGone reports whether pid has exited (a zombie counts as gone).
 func processGone(pid int) bool {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
