@@ -2,6 +2,7 @@ package features
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,6 +24,8 @@ func initMountSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^I mount the sandbox "([^"]*)"$`, mountSandbox)
 	sc.Step(`^I unmount the sandbox "([^"]*)"$`, unmountSandbox)
 	sc.Step(`^I remount the sandbox "([^"]*)"$`, remountSandbox)
+	sc.Step(`^the sandbox stands idle for (\d+) ms$`, standIdle)
+	sc.Step(`^the server is killed with SIGKILL$`, killServer)
 	sc.Step(`^I try to mount the sandbox "([^"]*)" at a second mountpoint$`, tryMountSecond)
 	sc.Step(`^the command fails with exit code (\d+)$`, commandFails)
 	sc.Step(`^the error says "([^"]*)"$`, errorSays)
@@ -92,6 +95,39 @@ func remountSandbox(ctx context.Context, name string) error {
 		return err
 	}
 	return mountSandbox(ctx, name)
+}
+
+func standIdle(ms int) error {
+	time.Sleep(time.Duration(ms) * time.Millisecond)
+	return nil
+}
+
+// killServer kills the process that serves the store's mounts, as a crash
+// would, and waits until it is gone; its mounts are left dead.
+func killServer(ctx context.Context) error {
+	w := getWorld(ctx)
+	out, err := w.ok("status", "--json")
+	if err != nil {
+		return err
+	}
+	var st struct {
+		PID int `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.PID <= 0 {
+		return fmt.Errorf("status --json: no server pid in %q (%v)", out, err)
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		return err
+	}
+	stat := filepath.Join("/proc", fmt.Sprint(st.PID), "stat")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		// Gone, or a zombie: state Z after the command name's ")".
+		if i := strings.LastIndexByte(string(b), ')'); err != nil || i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
+			return nil
+		}
+	}
+	return fmt.Errorf("server %d still runs 10 s after SIGKILL", st.PID)
 }
 
 func tryMountSecond(ctx context.Context, name string) error {

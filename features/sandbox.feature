@@ -38,6 +38,18 @@ Feature: Sandboxes mounted through FUSE
     And "src" does not exist in the mount
     And the base is unchanged
 
+  Scenario: What was written survives a crash of the server once the sandbox stood idle
+    When I write "never fsync'ed" to "notes.txt" in the mount
+    And I append " world" to "README.md" in the mount
+    And I delete "docs/guide.md" in the mount
+    And the sandbox stands idle for 1000 ms
+    And the server is killed with SIGKILL
+    And I mount the sandbox "work"
+    Then "notes.txt" in the mount contains "never fsync'ed"
+    And "README.md" in the mount contains "hello world"
+    And "docs/guide.md" does not exist in the mount
+    And the base is unchanged
+
   Scenario: Deletions persist
     When I delete "docs/guide.md" in the mount
     And I delete the directory "docs" in the mount
