@@ -413,13 +413,25 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 		defer v.release()
 		err = v.quiesce(func() {
 			// The state being left is final: what it changed, and how it
-			// differs from the target, are told while its data syncs.
-			d, ok, err := v.activeDeltaNowLocked()
-			if !ok || err != nil {
-				return
+			// differs from the target, are told while its data syncs, or
+			// were told by the idle sync when nothing changed since.
+			k := v.takeIdleLocked()
+			var d *LayerDelta
+			if k != nil {
+				d = k.d
+			} else {
+				var ok bool
+				var err error
+				if d, ok, err = v.activeDeltaLocked(); !ok || err != nil {
+					return
+				}
 			}
 			tx.keepDelta(d)
-			if wantDiff {
+			switch {
+			case !wantDiff:
+			case k != nil && k.back != nil && k.backTo == parent:
+				rd = k.back
+			default:
 				rd, _ = v.diffLocked(parent, d)
 			}
 		}, body)

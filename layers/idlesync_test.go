@@ -1,6 +1,9 @@
 package layers
 
 import (
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -258,6 +261,77 @@ func TestKeepIdleDeltaOnlyWhenSealed(t *testing.T) {
 			v.keepIdleDelta()
 			if got := v.idleDelta != nil; got != tc.want {
 				t.Fatalf("delta kept: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestIdleDiffForAnUndo: the idle sync also tells how the state differs
+// from the layer below the active one. A rollback onto that layer (the
+// latest checkpoint: an agent's undo) uses it when nothing changed since,
+// and reports what a rollback that works it out reports; after a change,
+// or onto another layer, the rollback works it out.
+func TestIdleDiffForAnUndo(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(t *testing.T, v *View)
+		toBase bool // roll back onto the base alone, not the checkpoint
+		reuse  bool
+	}{
+		{"undo, nothing changed", func(*testing.T, *View) {}, false, true},
+		{"undo after a change", func(t *testing.T, v *View) { mkfile(t, v, RootIno, "d", "later") }, false, false},
+		{"onto another layer", func(*testing.T, *View) {}, true, false},
+	}
+	// run makes a checkpoint and three changes over it in a new sandbox,
+	// lets the idle sync's work be done when idle is set, makes change
+	// and rolls back; it returns the rollback's changes and whether they
+	// are the ones the idle sync told.
+	run := func(t *testing.T, idle bool, change func(*testing.T, *View), toBase bool) ([]string, bool) {
+		t.Helper()
+		e := newEnv(t, MinBlockSize, func(base string) {
+			put(t, filepath.Join(base, "a"), "A")
+			put(t, filepath.Join(base, "b"), "B")
+		})
+		v := e.view()
+		defer v.Close()
+		_, err := v.WriteAt(lookup(t, v, RootIno, "a").Ino, []byte("A2"), 0, false)
+		ok(t, "write a", err)
+		checkpoint, _, err := e.store.Freeze("sb", noFreezeFn)
+		ok(t, "freeze", err)
+		_, err = v.WriteAt(lookup(t, v, RootIno, "b").Ino, []byte("B2"), 0, false)
+		ok(t, "write b", err)
+		mkfile(t, v, RootIno, "c", "new")
+		ok(t, "remove a", v.Unlink(RootIno, "a"))
+		ok(t, "sync", v.Sync())
+		var told *Changes
+		if idle {
+			v.keepIdleDelta()
+			if k := v.idleDelta; k == nil || k.back == nil || k.backTo != checkpoint {
+				t.Fatalf("the idle sync told no undo onto %s: %+v", checkpoint, k)
+			}
+			told = &v.idleDelta.back.ch
+		}
+		change(t, v)
+		target := checkpoint
+		if toBase {
+			target = ""
+		}
+		_, ch, err := e.store.RepointDiff("sb", target, func(*Txn, []string, []string, string) error { return nil })
+		ok(t, "roll back", err)
+		return changeSummary(*ch), told != nil && ch == told
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, reused := run(t, true, tc.change, tc.toBase)
+			want, _ := run(t, false, tc.change, tc.toBase)
+			if reused != tc.reuse {
+				t.Fatalf("the idle sync's diff used: %v, want %v", reused, tc.reuse)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("the rollback reports\n%s\nwhere one that works it out reports\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			if len(got) == 0 {
+				t.Fatal("the rollback reports no change")
 			}
 		})
 	}
