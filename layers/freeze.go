@@ -158,7 +158,7 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 	err = v.quiesce(func() {
 		// What the layer changed, from memory, while its data syncs: the
 		// checkpoint's state hash needs it, a later rollback too.
-		if d, ok, err := v.activeDeltaNowLocked(); ok && err == nil {
+		if d, _, ok, err := v.activeDeltaNowLocked(); ok && err == nil {
 			tx.keepDelta(d)
 		}
 	}, func(txn *badger.Txn, journal bool) error {
@@ -415,16 +415,9 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 			// The state being left is final: what it changed, and how it
 			// differs from the target, are told while its data syncs, or
 			// were told by the idle sync when nothing changed since.
-			k := v.takeIdleLocked()
-			var d *LayerDelta
-			if k != nil {
-				d = k.d
-			} else {
-				var ok bool
-				var err error
-				if d, ok, err = v.activeDeltaLocked(); !ok || err != nil {
-					return
-				}
+			d, k, ok, err := v.activeDeltaNowLocked()
+			if !ok || err != nil {
+				return
 			}
 			tx.keepDelta(d)
 			switch {

@@ -210,7 +210,7 @@ func TestFreezeSyncsOnlyUnsyncedData(t *testing.T) {
 			e := newEnv(t, MinBlockSize, nil)
 			v := e.view()
 			defer v.Close()
-			f := mkfile(t, v, RootIno, "f", "data")
+			mkfile(t, v, RootIno, "f", "data")
 			if tc.sync {
 				ok(t, "sync", v.Sync())
 			}
@@ -224,7 +224,6 @@ func TestFreezeSyncsOnlyUnsyncedData(t *testing.T) {
 			if got := content(t, v, lookup(t, v, RootIno, "f").Ino); got != "data" {
 				t.Fatalf("after a restart f holds %q", got)
 			}
-			_ = f
 		})
 	}
 }

@@ -678,12 +678,14 @@ func (v *View) takeIdleLocked() *idleDelta {
 }
 
 // activeDeltaNowLocked is activeDeltaLocked, or the delta the last idle
-// sync told when nothing changed since (takeIdleLocked).
-func (v *View) activeDeltaNowLocked() (d *LayerDelta, ok bool, err error) {
+// sync told when nothing changed since (takeIdleLocked), then with the
+// rest of what it told (kept).
+func (v *View) activeDeltaNowLocked() (d *LayerDelta, kept *idleDelta, ok bool, err error) {
 	if k := v.takeIdleLocked(); k != nil {
-		return k.d, true, nil
+		return k.d, k, true, nil
 	}
-	return v.activeDeltaLocked()
+	d, ok, err = v.activeDeltaLocked()
+	return d, nil, ok, err
 }
 
 // takeRemoved reports whether a removal, truncate or punch freed slots
