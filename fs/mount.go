@@ -36,6 +36,7 @@ type Mount struct {
 	view        *layers.View
 	dir         string
 	server      *fuse.Server
+	served      chan struct{} // closed once the server is done and its Ps are given back
 	root        *node
 	blksize     uint32
 	passthrough bool
@@ -136,11 +137,19 @@ func New(dir string, v *layers.View, o Options) (*Mount, error) {
 	// umask.go, index.go).
 	m.umasks = &umaskFS{RawFileSystem: &reviveFS{RawFileSystem: noFlushFS{gofs.NewNodeFS(m.root, opts)}, m: m}}
 	m.raw = &killprivFS{RawFileSystem: m.umasks}
-	server, err := fuse.NewServer(m.raw, dir, &opts.MountOptions)
+	// sched.go: yieldFS outermost, and Ps for the server's readers.
+	server, giveBack, err := withReaderProcs(func() (*fuse.Server, error) {
+		return fuse.NewServer(yieldFS{m.raw}, dir, &opts.MountOptions)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
-	go server.Serve()
+	m.served = make(chan struct{})
+	go func() {
+		defer close(m.served)
+		server.Serve()
+		giveBack()
+	}()
 	if err := server.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
@@ -173,7 +182,10 @@ func (m *Mount) Dir() string { return m.dir }
 func (m *Mount) View() *layers.View { return m.view }
 
 // Wait blocks until the mount is gone (unmounted by anyone).
-func (m *Mount) Wait() { m.server.Wait() }
+func (m *Mount) Wait() {
+	m.server.Wait()
+	<-m.served
+}
 
 // Unmount detaches the mount; it retries while the kernel reports it busy
 // for a moment after the last file closed.
@@ -181,6 +193,7 @@ func (m *Mount) Unmount() error {
 	var err error
 	for i := 0; i < 20; i++ {
 		if err = m.server.Unmount(); err == nil {
+			<-m.served
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
