@@ -567,6 +567,7 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 	type piece struct {
 		off    int64
 		src    []byte
+		src0   int // where src starts in p
 		ref    *blockRef
 		lo, hi int64
 	}
@@ -589,16 +590,25 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 			v.mu.Unlock()
 			return 0, err
 		}
-		pieces = append(pieces, piece{ref.off() + inBl, p[pos-off : pos-off+l], ref, inBl, inBl + l})
+		pieces = append(pieces, piece{ref.off() + inBl, p[pos-off : pos-off+l], int(pos - off), ref, inBl, inBl + l})
 		pos += l
 	}
 	v.allocAfterLocked(st, track)
 	f := v.files[v.activeLayer()]
 	v.mu.Unlock()
-	for _, pc := range pieces {
-		if _, err := f.WriteAt(pc.src, pc.off); err != nil {
+	// Pieces whose slots follow each other in the data file (a file
+	// written from its start gets its slots in order) go in one pwrite:
+	// a 1 MiB write of 64 KiB blocks is one system call, not 16.
+	for i := 0; i < len(pieces); {
+		run := pieces[i].src
+		j := i + 1
+		for ; j < len(pieces) && pieces[j].off == pieces[i].off+int64(len(run)); j++ {
+			run = p[pieces[i].src0 : pieces[j].src0+len(pieces[j].src)]
+		}
+		if _, err := f.WriteAt(run, pieces[i].off); err != nil {
 			return 0, fmt.Errorf("inode %d: %w", ino, mapOSErr(err))
 		}
+		i = j
 	}
 	v.mu.Lock()
 	// The pages written count now, and a growing size changes what the
