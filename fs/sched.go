@@ -26,7 +26,7 @@ import (
 // CPU a read, against 1.7 and 20-23 us for fuse-overlayfs; sysmon's
 // thread alone switched 18,800 times.
 //
-// So each mount adds Ps for its readers (withReaderProcs), which leaves
+// So mounts add Ps for a server's readers (withReaderProcs), which leaves
 // idle Ps while they wait, and the goroutine serving a request passes
 // through the scheduler every couple of milliseconds (yieldFS). Together
 // they took the server to 2.0 switches and 26-27 us a read, and the 20,000
@@ -119,13 +119,13 @@ func (y yieldFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.
 	return y.RawFileSystem.ReadDirPlus(cancel, in, out)
 }
 
-// procsMu guards GOMAXPROCS while mounts add and take back their readers'
-// Ps, procsAdded, how many they have added, and procsBase, what it was
-// before the first of them.
+// procsMu guards GOMAXPROCS while mounts raise it and give it back,
+// procsMounts, how many mounts are served with it raised, and procsBase,
+// what it was before the first of them.
 var (
-	procsMu    sync.Mutex
-	procsAdded int
-	procsBase  int
+	procsMu     sync.Mutex
+	procsMounts int
+	procsBase   int
 )
 
 // userProcs tells whether GOMAXPROCS was set by the user, whose choice
@@ -140,41 +140,55 @@ func goFuseReaders(procs int) int {
 	return min(max(procs, 2), 16) + 1
 }
 
-// withReaderProcs makes a go-fuse server with newServer and raises
-// GOMAXPROCS by the readers it may block, so that they do not take the Ps
-// that requests and the rest of the process run on. It returns the
+// withReaderProcs makes a go-fuse server with newServer and, while any
+// mount made so is served, keeps GOMAXPROCS at what it was before the
+// first plus the readers one server may block, so that those do not take
+// the Ps that requests and the rest of the process run on. It returns the
 // server and what gives the Ps back, for when the server is gone. Once
-// the last mount has given its Ps back, the runtime's own default (which
-// follows the CPU limit) is in force again, unless the value before the
-// mounts was another one, set by the program. A GOMAXPROCS the user set
-// is left alone.
+// the last mount has given them back, the runtime's own default (which
+// follows the CPU limit) is in force again, unless the value before was
+// another one, set by the program. A GOMAXPROCS the user set is left
+// alone.
+//
+// The Ps are added once, not per mount: a daemon serving many sandboxes
+// would otherwise run with dozens of Ps on a few CPUs, and the garbage
+// collector gives a quarter of GOMAXPROCS dedicated mark workers. go-fuse
+// sizes each server's reader pool by GOMAXPROCS, so each server is made
+// with it at the base value.
 func withReaderProcs(newServer func() (*fuse.Server, error)) (*fuse.Server, func(), error) {
-	procsMu.Lock()
-	defer procsMu.Unlock()
-	readers := goFuseReaders(runtime.GOMAXPROCS(0))
-	server, err := newServer()
-	if err != nil || userProcs {
+	if userProcs {
+		server, err := newServer()
 		return server, func() {}, err
 	}
-	if procsAdded == 0 {
+	procsMu.Lock()
+	defer procsMu.Unlock()
+	if procsMounts == 0 {
 		procsBase = runtime.GOMAXPROCS(0)
+	} else {
+		runtime.GOMAXPROCS(procsBase)
 	}
-	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + readers)
-	procsAdded += readers
+	server, err := newServer()
+	if err == nil {
+		procsMounts++
+	}
+	if procsMounts > 0 {
+		runtime.GOMAXPROCS(procsBase + goFuseReaders(procsBase))
+	}
+	if err != nil {
+		return nil, func() {}, err
+	}
 	var once sync.Once
 	return server, func() {
 		once.Do(func() {
 			procsMu.Lock()
 			defer procsMu.Unlock()
-			procsAdded -= readers
-			if procsAdded == 0 {
-				runtime.SetDefaultGOMAXPROCS()
-				if runtime.GOMAXPROCS(0) != procsBase {
-					runtime.GOMAXPROCS(procsBase)
-				}
+			if procsMounts--; procsMounts > 0 {
 				return
 			}
-			runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0)-readers, 1))
+			runtime.SetDefaultGOMAXPROCS()
+			if runtime.GOMAXPROCS(0) != procsBase {
+				runtime.GOMAXPROCS(procsBase)
+			}
 		})
 	}, nil
 }

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,9 +19,9 @@ func TestGoFuseReaders(t *testing.T) {
 	}
 }
 
-// A mount adds Ps for its readers, a second one more, and the runtime's
-// default is back once both are gone; a GOMAXPROCS the user set is left
-// as it is.
+// Mounts add Ps for one server's readers while any of them is served,
+// and the runtime's default is back once all are gone; a GOMAXPROCS the
+// user set is left as it is.
 func TestMountsAddProcsForTheirReaders(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -33,29 +34,34 @@ func TestMountsAddProcsForTheirReaders(t *testing.T) {
 			defer func(u bool) { userProcs = u }(userProcs)
 			userProcs = tc.user
 			before := runtime.GOMAXPROCS(0)
-			want1, want2 := before, before
+			want := before
 			if !tc.user {
-				want1 = before + goFuseReaders(before)
-				want2 = want1 + goFuseReaders(want1)
+				want = before + goFuseReaders(before)
 			}
-			a := newSandbox(t, nil)
-			if got := runtime.GOMAXPROCS(0); got != want1 {
-				t.Fatalf("GOMAXPROCS with one mount = %d, want %d", got, want1)
-			}
-			b := newSandboxIn(t, t.TempDir(), Options{}, nil)
-			if got := runtime.GOMAXPROCS(0); got != want2 {
-				t.Fatalf("GOMAXPROCS with two mounts = %d, want %d", got, want2)
+			var sbs []*sandbox
+			for i := range 3 {
+				sb := newSandboxIn(t, t.TempDir(), Options{}, nil)
+				sbs = append(sbs, sb)
+				if got := runtime.GOMAXPROCS(0); got != want {
+					t.Fatalf("GOMAXPROCS with %d mounts = %d, want %d", i+1, got, want)
+				}
 			}
 			// The mounts serve while the Ps come and go.
-			writeFile(t, a.path("f"), "a")
-			writeFile(t, b.path("f"), "b")
-			b.unmount()
-			if got := runtime.GOMAXPROCS(0); got != want1 {
-				t.Errorf("GOMAXPROCS after one unmount = %d, want %d", got, want1)
+			for i, sb := range sbs {
+				writeFile(t, sb.path("f"), strconv.Itoa(i))
 			}
-			a.unmount()
-			if got := runtime.GOMAXPROCS(0); got != before {
-				t.Errorf("GOMAXPROCS after both unmounts = %d, want %d", got, before)
+			for i, sb := range sbs {
+				if got := readFile(t, sb.path("f")); got != strconv.Itoa(i) {
+					t.Errorf("mount %d reads %q", i, got)
+				}
+				sb.unmount()
+				w := want
+				if i == len(sbs)-1 {
+					w = before
+				}
+				if got := runtime.GOMAXPROCS(0); got != w {
+					t.Errorf("GOMAXPROCS after %d unmounts = %d, want %d", i+1, got, w)
+				}
 			}
 		})
 	}
