@@ -41,8 +41,9 @@
 // go-fuse's readers spend their lives in system calls, which the Go
 // runtime's sysmon answers by taking their Ps away and polling every
 // 20 us; on two CPUs that cost a cold random read a third more context
-// switches than fuse-overlayfs pays. A mount therefore raises GOMAXPROCS
-// by the readers its server may block (given back at unmount; a
+// switches than fuse-overlayfs pays. While mounts are served, GOMAXPROCS
+// is therefore raised by the readers one server may block (once, however
+// many mounts; given back after the last unmount; a
 // GOMAXPROCS set in the environment stays as it is), and requests pass
 // through the scheduler every 2 ms (sched.go).
 //

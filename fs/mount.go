@@ -71,8 +71,9 @@ var (
 
 // New mounts v at dir and returns once the mount is live. As root it
 // mounts directly; otherwise through fusermount3. While the mount is
-// served, the process's GOMAXPROCS is raised by the readers of its
-// server, unless the GOMAXPROCS environment variable is set (sched.go).
+// served, the process's GOMAXPROCS is raised by the readers one server
+// may block (once for all mounts), unless the GOMAXPROCS environment
+// variable is set (sched.go).
 func New(dir string, v *layers.View, o Options) (*Mount, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
