@@ -422,8 +422,8 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 			tx.keepDelta(d)
 			switch {
 			case !wantDiff:
-			case k != nil && k.back != nil && k.backTo == parent:
-				rd = k.back
+			case k.backTo(parent) != nil:
+				rd = k.backTo(parent)
 			default:
 				rd, _ = v.diffLocked(parent, d)
 			}

@@ -266,26 +266,34 @@ func TestKeepIdleDeltaOnlyWhenSealed(t *testing.T) {
 }
 
 // TestIdleDiffForAnUndo: the idle sync also tells how the state differs
-// from the layer below the active one. A rollback onto that layer (the
-// latest checkpoint: an agent's undo) uses it when nothing changed since,
-// and reports what a rollback that works it out reports; after a change,
-// or onto another layer, the rollback works it out.
+// from the latest checkpoints (idleBacks of them). A rollback onto one of
+// them (an agent's undo) uses that when nothing changed since, and
+// reports what a rollback that works it out reports; after a change, onto
+// another layer, or onto a checkpoint whose undo would take more than
+// idleDeltaMax changes, the rollback works it out.
 func TestIdleDiffForAnUndo(t *testing.T) {
+	const latest, before, base = 2, 1, 0 // targets: c2, c1, the base alone
 	tests := []struct {
 		name   string
 		change func(t *testing.T, v *View)
-		toBase bool // roll back onto the base alone, not the checkpoint
+		target int
+		tight  bool // idleDeltaMax just the active layer's changes
 		reuse  bool
 	}{
-		{"undo, nothing changed", func(*testing.T, *View) {}, false, true},
-		{"undo after a change", func(t *testing.T, v *View) { mkfile(t, v, RootIno, "d", "later") }, false, false},
-		{"onto another layer", func(*testing.T, *View) {}, true, false},
+		{"undo, nothing changed", func(*testing.T, *View) {}, latest, false, true},
+		{"two checkpoints back, nothing changed", func(*testing.T, *View) {}, before, false, true},
+		{"undo after a change", func(t *testing.T, v *View) { mkfile(t, v, RootIno, "d", "later") }, latest, false, false},
+		{"two back after a change", func(t *testing.T, v *View) { mkfile(t, v, RootIno, "d", "later") }, before, false, false},
+		{"onto the base", func(*testing.T, *View) {}, base, false, false},
+		{"undo within the bound", func(*testing.T, *View) {}, latest, true, true},
+		{"two back past the bound", func(*testing.T, *View) {}, before, true, false},
 	}
-	// run makes a checkpoint and three changes over it in a new sandbox,
-	// lets the idle sync's work be done when idle is set, makes change
-	// and rolls back; it returns the rollback's changes and whether they
-	// are the ones the idle sync told.
-	run := func(t *testing.T, idle bool, change func(*testing.T, *View), toBase bool) ([]string, bool) {
+	// run makes two checkpoints and three changes over them in a new
+	// sandbox, lets the idle sync's work be done when idle is set (with
+	// idleDeltaMax cut to the active layer's changes when tight), makes
+	// change and rolls back onto target; it returns the rollback's
+	// changes and whether they are the ones the idle sync told.
+	run := func(t *testing.T, idle, tight bool, change func(*testing.T, *View), target int) ([]string, bool) {
 		t.Helper()
 		e := newEnv(t, MinBlockSize, func(base string) {
 			put(t, filepath.Join(base, "a"), "A")
@@ -295,34 +303,46 @@ func TestIdleDiffForAnUndo(t *testing.T) {
 		defer v.Close()
 		_, err := v.WriteAt(lookup(t, v, RootIno, "a").Ino, []byte("A2"), 0, false)
 		ok(t, "write a", err)
-		checkpoint, _, err := e.store.Freeze("sb", noFreezeFn)
+		c1, _, err := e.store.Freeze("sb", noFreezeFn)
+		ok(t, "freeze", err)
+		mkfile(t, v, RootIno, "e", "E")
+		c2, _, err := e.store.Freeze("sb", noFreezeFn)
 		ok(t, "freeze", err)
 		_, err = v.WriteAt(lookup(t, v, RootIno, "b").Ino, []byte("B2"), 0, false)
 		ok(t, "write b", err)
 		mkfile(t, v, RootIno, "c", "new")
 		ok(t, "remove a", v.Unlink(RootIno, "a"))
 		ok(t, "sync", v.Sync())
+		to := []string{"", c1, c2}[target]
 		var told *Changes
 		if idle {
 			v.keepIdleDelta()
-			if k := v.idleDelta; k == nil || k.back == nil || k.backTo != checkpoint {
-				t.Fatalf("the idle sync told no undo onto %s: %+v", checkpoint, k)
+			k := v.idleDelta
+			if k == nil || len(k.backs) != idleBacks || k.backTo(c2) == nil || k.backTo(c1) == nil {
+				t.Fatalf("the idle sync told no undo onto %s and %s: %+v", c2, c1, k)
 			}
-			told = &v.idleDelta.back.ch
+			if tight {
+				old := idleDeltaMax
+				idleDeltaMax = len(k.d.Inodes) + len(k.d.Entries)
+				defer func() { idleDeltaMax = old }()
+				v.keepIdleDelta()
+				if k = v.idleDelta; k == nil || len(k.backs) != 1 || k.backTo(c2) == nil {
+					t.Fatalf("with idleDeltaMax %d the idle sync told %+v, want the undo onto %s alone", idleDeltaMax, k, c2)
+				}
+			}
+			if d := k.backTo(to); d != nil {
+				told = &d.ch
+			}
 		}
 		change(t, v)
-		target := checkpoint
-		if toBase {
-			target = ""
-		}
-		_, ch, err := e.store.RepointDiff("sb", target, func(*Txn, []string, []string, string) error { return nil })
+		_, ch, err := e.store.RepointDiff("sb", to, func(*Txn, []string, []string, string) error { return nil })
 		ok(t, "roll back", err)
 		return changeSummary(*ch), told != nil && ch == told
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, reused := run(t, true, tc.change, tc.toBase)
-			want, _ := run(t, false, tc.change, tc.toBase)
+			got, reused := run(t, true, tc.tight, tc.change, tc.target)
+			want, _ := run(t, false, false, tc.change, tc.target)
 			if reused != tc.reuse {
 				t.Fatalf("the idle sync's diff used: %v, want %v", reused, tc.reuse)
 			}

@@ -626,9 +626,36 @@ type idleDelta struct {
 	d       *LayerDelta
 	layer   string
 	changes uint64
-	back    *repointDiff
-	backTo  string
+	backs   []idleBack // to the latest checkpoints, the nearest first
 }
+
+// idleBack is how the state an idle sync saw differs from a layer below
+// the active one, for a rollback onto it.
+type idleBack struct {
+	to   string
+	diff *repointDiff
+}
+
+// backTo returns the difference from layer the idle sync told, or nil.
+func (k *idleDelta) backTo(layer string) *repointDiff {
+	if k == nil {
+		return nil
+	}
+	for _, b := range k.backs {
+		if b.to == layer {
+			return b.diff
+		}
+	}
+	return nil
+}
+
+// idleBacks is how many of the latest checkpoints the idle sync tells the
+// difference to: an agent's undo goes to the latest, or to the one before
+// when the decision before the last was the wrong one. Each further one
+// holds the view for about as long again (0.3 ms for 100 changed files a
+// layer), and is told only while the layers it undoes hold at most
+// idleDeltaMax changes together.
+const idleBacks = 2
 
 // idleDeltaMax bounds the changes (inodes and entries) of an active layer
 // whose delta (and difference from the layer below) the idle sync tells:
@@ -657,10 +684,24 @@ func (v *View) keepIdleDelta() {
 		return
 	}
 	k := &idleDelta{d: d, layer: v.activeLayer(), changes: v.changes.Load()}
-	if len(v.stack) > 1 {
-		if rd, err := v.diffLocked(v.stack[1], d); err == nil {
-			k.back, k.backTo = rd, v.stack[1]
+	undone := len(d.Inodes) + len(d.Entries)
+	for i := 1; i <= idleBacks && i < len(v.stack); i++ {
+		if i > 1 {
+			// The layer this rollback undoes on top of the last one's:
+			// only one whose delta is known, not read from the store.
+			ld := v.s.deltas.get(v.stack[i-1])
+			if ld == nil {
+				break
+			}
+			if undone += len(ld.Inodes) + len(ld.Entries); undone > idleDeltaMax {
+				break
+			}
 		}
+		rd, err := v.diffLocked(v.stack[i], d)
+		if err != nil {
+			break
+		}
+		k.backs = append(k.backs, idleBack{v.stack[i], rd})
 	}
 	v.idleDelta = k
 }
