@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -354,4 +355,40 @@ func TestIdleDiffForAnUndo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestIdleDiffAfterARestart: after a restart the store knows no frozen
+// layer's delta until asked, and the idle sync does not read one to tell
+// a difference further back than the latest checkpoint; the rollback two
+// checkpoints back then works it out, and gets it right.
+func TestIdleDiffAfterARestart(t *testing.T) {
+	e := newEnv(t, MinBlockSize, func(base string) { put(t, filepath.Join(base, "a"), "A") })
+	v := e.view()
+	mkfile(t, v, RootIno, "b", "B")
+	c1, _, err := e.store.Freeze("sb", noFreezeFn)
+	ok(t, "freeze", err)
+	mkfile(t, v, RootIno, "c", "C")
+	c2, _, err := e.store.Freeze("sb", noFreezeFn)
+	ok(t, "freeze", err)
+	v = e.reopen(v)
+	defer v.Close()
+	mkfile(t, v, RootIno, "d", "D")
+	ok(t, "sync", v.Sync())
+	v.keepIdleDelta()
+	k := v.idleDelta
+	if k == nil || len(k.backs) != 1 || k.backTo(c2) == nil || k.backTo(c1) != nil {
+		t.Fatalf("after a restart the idle sync told %+v, want the undo onto %s alone", k, c2)
+	}
+	_, ch, err := e.store.RepointDiff("sb", c1, func(*Txn, []string, []string, string) error { return nil })
+	ok(t, "roll back", err)
+	got := changeSummary(*ch)
+	for _, name := range []string{"c", "d"} {
+		if !slices.Contains(got, "entry "+name+" -") {
+			t.Errorf("the rollback two checkpoints back reports\n%s\nwithout removing %s", strings.Join(got, "\n"), name)
+		}
+	}
+	if _, err := v.Lookup(RootIno, "c"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after the rollback c is still there (err %v)", err)
+	}
+	lookup(t, v, RootIno, "b")
 }
