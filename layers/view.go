@@ -658,7 +658,7 @@ func (k *idleDelta) backTo(layer string) *repointDiff {
 const idleBacks = 2
 
 // idleDeltaMax bounds the changes (inodes and entries) of an active layer
-// whose delta (and difference from the layer below) the idle sync tells:
+// whose delta (and differences from the layers below) the idle sync tells:
 // it holds the view meanwhile (1.9 ms for 1,000 new files over a
 // checkpoint, 2,001 changes, in a scratch test; 0.15 ms for 100), and a
 // writer that goes on after the pause waits for it. A larger layer's
