@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -110,5 +111,42 @@ func TestStoreReserve(t *testing.T) {
 	v = e.reopen(v)
 	if got := content(t, v, lookup(t, v, RootIno, "f2").Ino); got != "be\x00\x00\x00\x00more" {
 		t.Fatalf("f2 after reopen: got %q", got)
+	}
+}
+
+// TestSpaceCheckTrust: a space check that finds more than spaceSlack
+// beyond the reserve is trusted for spaceTrust, so writes skip statfs(2)
+// meanwhile; one that finds less (a small file system, or one filling
+// up) is never trusted, so every write asks again and stops at the
+// reserve.
+func TestSpaceCheckTrust(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     func(t *testing.T) *testEnv
+		trusted bool
+	}{
+		{"the test's file system", func(t *testing.T) *testEnv { return newEnv(t, MinBlockSize, nil) }, true},
+		{"a 16 MiB file system", smallStoreEnv, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := tc.env(t)
+			if tc.trusted {
+				var fs syscall.Statfs_t
+				ok(t, "statfs", syscall.Statfs(e.store.dir, &fs))
+				if free := fs.Bavail * uint64(fs.Bsize); free < 2*spaceSlack {
+					t.Skipf("only %d bytes free here", free)
+				}
+			}
+			e.store.spaceOKUntil.Store(0)
+			before := time.Now().UnixNano()
+			ok(t, "check", e.store.checkSpace())
+			until := e.store.spaceOKUntil.Load()
+			if trusted := until > before; trusted != tc.trusted {
+				t.Fatalf("trusted until %d (checked at %d): %v, want %v", until, before, trusted, tc.trusted)
+			}
+			if tc.trusted && until > time.Now().UnixNano()+int64(spaceTrust) {
+				t.Fatalf("trusted for more than %v", spaceTrust)
+			}
+		})
 	}
 }

@@ -90,6 +90,10 @@ type Store struct {
 	commits atomic.Uint64
 	synced  atomic.Uint64
 
+	// spaceOKUntil is when a checkSpace that found the reserve far away
+	// stops being trusted (UnixNano).
+	spaceOKUntil atomic.Int64
+
 	logMu      sync.Mutex
 	vlogSynced uint64 // the newest value log when a Sync last flushed the logs (logsync.go)
 	// vlogBytes is badger's count of bytes written to value logs when a
@@ -636,18 +640,37 @@ func (s *Store) sparePath(id string) string { return filepath.Join(s.dir, "spare
 // store (data writes, new inodes, links, xattrs) stop at the reserve,
 // while those that free space (unlink, truncate) and the small metadata
 // of checkpoints and rollbacks may use it.
+//
+// Every data write and new inode asks, so a check that found more than
+// spaceSlack beyond the reserve is trusted for spaceTrust: filling that
+// much in so short a time takes 20 GB/s, and the statfs(2) it saves was a
+// system call on every 4 KiB write.
 func (s *Store) checkSpace() error {
+	now := time.Now().UnixNano()
+	if now < s.spaceOKUntil.Load() {
+		return nil
+	}
 	var fs syscall.Statfs_t
 	if err := syscall.Fstatfs(int(s.lockf.Fd()), &fs); err != nil {
 		return nil // nothing to go by; the writes report ENOSPC themselves
 	}
 	total, free := fs.Blocks*uint64(fs.Bsize), fs.Bavail*uint64(fs.Bsize)
 	// Badger's memtable journal (32 MiB) plus the table it is flushed to.
-	if free < min(96<<20, total/4) {
+	reserve := min(96<<20, total/4)
+	if free < reserve {
 		return fmt.Errorf("%w: %d bytes free, the rest is kept for metadata", ErrNoSpace, free)
+	}
+	if free-reserve > spaceSlack {
+		s.spaceOKUntil.Store(now + int64(spaceTrust))
 	}
 	return nil
 }
+
+// spaceSlack and spaceTrust: see checkSpace.
+const (
+	spaceSlack = 1 << 30
+	spaceTrust = 50 * time.Millisecond
+)
 
 // mapOSErr turns the errors of the host into this package's sentinels where
 // callers need to tell them apart.
