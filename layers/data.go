@@ -565,9 +565,8 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 	}
 	v.copyUp(st)
 	type piece struct {
-		off    int64
-		src    []byte
-		src0   int // where src starts in p
+		off    int64 // in the data file
+		src    int   // where its bytes (hi-lo of them) start in p
 		ref    *blockRef
 		lo, hi int64
 	}
@@ -590,7 +589,7 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 			v.mu.Unlock()
 			return 0, err
 		}
-		pieces = append(pieces, piece{ref.off() + inBl, p[pos-off : pos-off+l], int(pos - off), ref, inBl, inBl + l})
+		pieces = append(pieces, piece{ref.off() + inBl, int(pos - off), ref, inBl, inBl + l})
 		pos += l
 	}
 	v.allocAfterLocked(st, track)
@@ -600,12 +599,12 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 	// written from its start gets its slots in order) go in one pwrite:
 	// a 1 MiB write of 64 KiB blocks is one system call, not 16.
 	for i := 0; i < len(pieces); {
-		run := pieces[i].src
+		n := pieces[i].hi - pieces[i].lo
 		j := i + 1
-		for ; j < len(pieces) && pieces[j].off == pieces[i].off+int64(len(run)); j++ {
-			run = p[pieces[i].src0 : pieces[j].src0+len(pieces[j].src)]
+		for ; j < len(pieces) && pieces[j].off == pieces[i].off+n; j++ {
+			n += pieces[j].hi - pieces[j].lo
 		}
-		if _, err := f.WriteAt(run, pieces[i].off); err != nil {
+		if _, err := f.WriteAt(p[pieces[i].src:pieces[i].src+int(n)], pieces[i].off); err != nil {
 			return 0, fmt.Errorf("inode %d: %w", ino, mapOSErr(err))
 		}
 		i = j

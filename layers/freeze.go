@@ -420,11 +420,10 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 				return
 			}
 			tx.keepDelta(d)
-			switch {
-			case !wantDiff:
-			case k.backTo(parent) != nil:
-				rd = k.backTo(parent)
-			default:
+			if !wantDiff {
+				return
+			}
+			if rd = k.backTo(parent); rd == nil {
 				rd, _ = v.diffLocked(parent, d)
 			}
 		}, body)

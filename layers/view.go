@@ -619,9 +619,8 @@ const idleSync = 100 * time.Millisecond
 var idleSyncHook func(v *View)
 
 // idleDelta is the active layer's delta as the idle sync left it, with
-// the view's change count then, and how the state differs from the layer
-// below the active one (back, onto backTo): a rollback to the latest
-// checkpoint, an agent's undo.
+// the view's change count then, and how the state differs from the
+// latest checkpoints (backs, idleBacks of them at most): an agent's undo.
 type idleDelta struct {
 	d       *LayerDelta
 	layer   string
