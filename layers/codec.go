@@ -362,9 +362,12 @@ type blockRef struct {
 	CRCs  []uint32
 	// open: the slot belongs to the active layer and has not been sealed
 	// (stored) yet, so it may be written in place. dirty marks its pages
-	// whose checksum is stale. Neither is stored.
+	// whose checksum is stale; zero (nil: none) its pages known to hold
+	// only zeros in the slot, so that a write into part of one knows the
+	// whole page and its checksum. None is stored.
 	open  bool
 	dirty []bool
+	zero  []bool
 	// alloc: a fallocate allocated the block's slot whole on disk, so the
 	// block counts in st_blocks whole, as an allocated extent counts on a
 	// local file system, zeros or not. Stored (a flag byte after the

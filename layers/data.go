@@ -54,6 +54,22 @@ func (v *View) layerFile(layer string) (*os.File, error) {
 	return f, nil
 }
 
+// layerPresent reports whether frozen layer's data file is there, as
+// layerFile would find it, without opening it.
+func (v *View) layerPresent(layer string) error {
+	if _, ok := v.files[layer]; ok || v.present[layer] {
+		return nil
+	}
+	if _, err := os.Stat(v.s.dataPath(layer)); err != nil {
+		return fmt.Errorf("layer %s data: %w", layer, mapOSErr(err))
+	}
+	if v.present == nil {
+		v.present = map[string]bool{}
+	}
+	v.present[layer] = true
+	return nil
+}
+
 // maxBaseFiles bounds the base files a view keeps open for reading; the
 // least recently used is closed first, so reading a large tree through a
 // mount does not run out of descriptors.
@@ -142,28 +158,40 @@ func (v *View) sourceLocked(st *inodeState, blk uint64) (source, error) {
 
 // sourceBlock is sourceLocked without opening the base file.
 func (v *View) sourceBlock(st *inodeState, blk uint64) (source, error) {
+	src, layer := v.blockSource(st, blk)
+	if layer != "" {
+		f, err := v.layerFile(layer)
+		if err != nil {
+			return source{}, err
+		}
+		src.f = f
+	}
+	return src, nil
+}
+
+// blockSource is sourceBlock without opening the data file of the frozen
+// layer that holds the block (layer names it; src.f is nil then): its
+// checksums are known without it, and a checkpoint after a rollback would
+// otherwise open again every layer its changed files were last written in.
+func (v *View) blockSource(st *inodeState, blk uint64) (src source, layer string) {
 	if ref, ok := st.active[blk]; ok {
 		src := source{kind: srcSlot, f: v.files[v.activeLayer()], off: ref.off(), size: ref.capBytes(), blk: blk}
 		if ref.sealed() {
 			src.crcs = ref.CRCs
 		}
-		return src, nil
+		return src, ""
 	}
 	start := int64(blk) * v.bs
 	if st.inActive && st.rec.Floor >= 0 && start >= st.rec.Floor {
-		return source{kind: srcZero, blk: blk}, nil
+		return source{kind: srcZero, blk: blk}, ""
 	}
 	if fr, ok := st.frozen[blk]; ok {
-		f, err := v.layerFile(fr.layer)
-		if err != nil {
-			return source{}, err
-		}
-		return source{kind: srcSlot, f: f, off: fr.ref.off(), size: fr.ref.capBytes(), crcs: fr.ref.CRCs, blk: blk}, nil
+		return source{kind: srcSlot, off: fr.ref.off(), size: fr.ref.capBytes(), crcs: fr.ref.CRCs, blk: blk}, fr.layer
 	}
 	if st.rec.HasOrigin && start < st.baseLimit {
-		return source{kind: srcBase, off: start, blk: blk}, nil
+		return source{kind: srcBase, off: start, blk: blk}, ""
 	}
-	return source{kind: srcZero, blk: blk}, nil
+	return source{kind: srcZero, blk: blk}, ""
 }
 
 // read copies len(dst) bytes from offset inBlk of the block into dst,
@@ -350,25 +378,30 @@ func (v *View) writableSlotLocked(st *inodeState, blk uint64, lo, hi, need int64
 	if whole || n >= pages {
 		n = pages
 	}
-	nref := &blockRef{Slot: v.takePages(n), open: true, dirty: make([]bool, pages)}
+	nref := &blockRef{Slot: v.takePages(n), open: true, dirty: make([]bool, pages), zero: make([]bool, pages)}
 	if n < pages {
 		nref.Pages = uint32(n)
 	}
+	// A fresh slot is a hole: every page reads as zeros.
+	filled := 0
 	if old != nil {
 		// Only the pages that hold the file's bytes are written: the rest
 		// of the block reads as the zeros old holds there, so a small edit
 		// of a small file costs one page to write and to sync at the next
 		// checkpoint, not a whole block.
-		if _, err := f.WriteAt(old[:pagesFor(live)*pageSize], nref.off()); err != nil {
+		filled = pagesFor(live)
+		if _, err := f.WriteAt(old[:filled*pageSize], nref.off()); err != nil {
 			return nil, mapOSErr(err)
 		}
 		nref.CRCs = pageCRCs(old)
 	} else {
-		// A fresh slot is a hole: every page reads as zeros.
 		nref.CRCs = make([]uint32, pages)
 		for i := range nref.CRCs {
 			nref.CRCs[i] = zeroPageCRC
 		}
+	}
+	for i := filled; i < pages; i++ {
+		nref.zero[i] = true
 	}
 	if whole {
 		// A copy of an allocated block stays allocated, as far as the
@@ -413,6 +446,12 @@ func (v *View) growSlotLocked(ref *blockRef, need int64) error {
 		return mapOSErr(err)
 	}
 	v.freed = append(v.freed, ref.span())
+	// The new slot's pages past the old one's are a hole.
+	if ref.zero != nil {
+		for p := ref.capPages(); p < n; p++ {
+			ref.zero[p] = true
+		}
+	}
 	ref.Slot, ref.Pages = at, uint32(n)
 	if n == pages {
 		ref.Pages = 0
@@ -479,7 +518,61 @@ func putBlockBuf(b []byte) { blockBufs.Put(&b) }
 func touchPages(ref *blockRef, lo, hi int64) {
 	for p := lo / pageSize; p <= (hi-1)/pageSize && p < int64(len(ref.dirty)); p++ {
 		ref.dirty[p] = true
+		if ref.zero != nil {
+			ref.zero[p] = false
+		}
 	}
+}
+
+// pageSum is the checksum a write works out for one page it fills: the
+// whole page, or part of a page known to hold zeros, so the page's
+// content is what the write put there and the seal need not read it
+// back.
+type pageSum struct {
+	ref *blockRef
+	p   int
+	crc uint32
+}
+
+// pageSumsLocked lists the pages of ref that the write of [lo, hi) of
+// its block fills, as pageSums without their checksums yet: they are
+// worked out from the write's bytes once it is in the data file.
+func pageSumsLocked(sums []pageSum, ref *blockRef, lo, hi int64) []pageSum {
+	for p := int(lo / pageSize); int64(p)*pageSize < hi && p < ref.capPages(); p++ {
+		start := int64(p) * pageSize
+		if (lo <= start && hi >= start+pageSize) || (ref.zero != nil && ref.zero[p]) {
+			sums = append(sums, pageSum{ref: ref, p: p})
+		}
+	}
+	return sums
+}
+
+// sum works out the checksum of page s.p after data, the bytes written
+// at [lo, lo+len(data)) of the block, went into it.
+func (s *pageSum) sum(data []byte, lo int64) {
+	start := int64(s.p) * pageSize
+	a, b := max(lo, start), min(lo+int64(len(data)), start+pageSize)
+	if a == start && b == start+pageSize {
+		s.crc = crc32.Checksum(data[a-lo:b-lo], castagnoli())
+		return
+	}
+	var page [pageSize]byte
+	copy(page[a-start:], data[a-lo:b-lo])
+	s.crc = crc32.Checksum(page[:], castagnoli())
+}
+
+// set records the page's checksum. A page of zeros stays marked as
+// written until the seal, as any page written is: until then it counts
+// as data, not as a hole.
+func (s *pageSum) set() {
+	if s.ref.zero != nil {
+		s.ref.zero[s.p] = false
+	}
+	if s.crc == zeroPageCRC {
+		s.ref.dirty[s.p] = true
+		return
+	}
+	s.ref.CRCs[s.p], s.ref.dirty[s.p] = s.crc, false
 }
 
 func (v *View) markBlock(st *inodeState, blk uint64) {
@@ -569,6 +662,7 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 		src    int   // where its bytes (hi-lo of them) start in p
 		ref    *blockRef
 		lo, hi int64
+		sums   int // where its pages' checksums start in sums
 	}
 	var pieces []piece
 	end := off + int64(len(p))
@@ -589,10 +683,21 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 			v.mu.Unlock()
 			return 0, err
 		}
-		pieces = append(pieces, piece{ref.off() + inBl, int(pos - off), ref, inBl, inBl + l})
+		pieces = append(pieces, piece{ref.off() + inBl, int(pos - off), ref, inBl, inBl + l, 0})
 		pos += l
 	}
 	v.allocAfterLocked(st, track)
+	// The pages the write fills get their checksums from its bytes, so
+	// that a checkpoint need not read them back.
+	var sums []pageSum
+	for i := range pieces {
+		pieces[i].sums = len(sums)
+		sums = pageSumsLocked(sums, pieces[i].ref, pieces[i].lo, pieces[i].hi)
+	}
+	if v.writing > 0 {
+		v.overlapped = true
+	}
+	v.writing++
 	f := v.files[v.activeLayer()]
 	v.mu.Unlock()
 	// Pieces whose slots follow each other in the data file (a file
@@ -605,11 +710,28 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 			n += pieces[j].hi - pieces[j].lo
 		}
 		if _, err := f.WriteAt(p[pieces[i].src:pieces[i].src+int(n)], pieces[i].off); err != nil {
+			// Some of it may be in the slots: the seal reads them.
+			v.mu.Lock()
+			v.wroteLocked()
+			for _, pc := range pieces {
+				touchPages(pc.ref, pc.lo, pc.hi)
+			}
+			v.mu.Unlock()
 			return 0, fmt.Errorf("inode %d: %w", ino, mapOSErr(err))
 		}
 		i = j
 	}
+	for i, pc := range pieces {
+		end := len(sums)
+		if i+1 < len(pieces) {
+			end = pieces[i+1].sums
+		}
+		for k := pc.sums; k < end; k++ {
+			sums[k].sum(p[pc.src:pc.src+int(pc.hi-pc.lo)], pc.lo)
+		}
+	}
 	v.mu.Lock()
+	clean := v.wroteLocked()
 	// The pages written count now, and a growing size changes what the
 	// blocks from the old end on hold.
 	changed := written
@@ -619,6 +741,11 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 	track = v.allocBeforeLocked(st, changed)
 	for _, pc := range pieces {
 		touchPages(pc.ref, pc.lo, pc.hi)
+	}
+	if clean {
+		for i := range sums {
+			sums[i].set()
+		}
 	}
 	if end > st.rec.Size {
 		st.rec.Size = end
@@ -634,6 +761,18 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 		}
 	}
 	return len(p), nil
+}
+
+// wroteLocked ends a write that writeAt counted in writing, and reports
+// whether no other write was between taking its slots and marking its
+// pages meanwhile: only then are its pages' contents the bytes it wrote.
+func (v *View) wroteLocked() bool {
+	v.writing--
+	alone := !v.overlapped
+	if v.writing == 0 {
+		v.overlapped = false
+	}
+	return alone
 }
 
 // truncateLocked sets the size of st: blocks past the new end leave the
@@ -875,6 +1014,9 @@ func (v *View) zero(ino uint64, off, length int64, keepSize, alloc bool) error {
 			}
 			for i := range ref.CRCs {
 				ref.CRCs[i], ref.dirty[i] = zeroPageCRC, false
+				if ref.zero != nil {
+					ref.zero[i] = true
+				}
 			}
 			ref.alloc = true
 			v.markBlock(st, blk)
@@ -886,9 +1028,9 @@ func (v *View) zero(ino uint64, off, length int64, keepSize, alloc bool) error {
 				v.punchSoon = true // the caller asked for the space back
 			}
 			pages := int(v.bs / pageSize)
-			ref := &blockRef{Slot: v.takePages(pages), open: true, dirty: make([]bool, pages), CRCs: make([]uint32, pages)}
+			ref := &blockRef{Slot: v.takePages(pages), open: true, dirty: make([]bool, pages), zero: make([]bool, pages), CRCs: make([]uint32, pages)}
 			for i := range ref.CRCs {
-				ref.CRCs[i] = zeroPageCRC
+				ref.CRCs[i], ref.zero[i] = zeroPageCRC, true
 			}
 			st.active[blk] = ref
 			v.markBlock(st, blk)

@@ -49,9 +49,13 @@ func (v *View) fingerprintLocked(st *inodeState, trustBase bool) (string, error)
 	var buf []byte
 	baseID := ""
 	for blk := uint64(0); blk < nblk; blk++ {
-		src, err := v.sourceBlock(st, blk)
-		if err != nil {
-			return "", err
+		// A frozen layer's block has its checksums: its data file is
+		// not opened (src.f is nil then), only looked for.
+		src, layer := v.blockSource(st, blk)
+		if layer != "" {
+			if err := v.layerPresent(layer); err != nil {
+				return "", err
+			}
 		}
 		binary.BigEndian.PutUint64(num[:], blk)
 		h.Write(num[:])

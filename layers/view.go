@@ -183,17 +183,27 @@ type View struct {
 	// kernel may still hold (an open directory, a cwd): they answer
 	// getattr with no links until the kernel forgets them, and are never
 	// reloaded from a store their deletion may not have reached yet.
-	zombies  map[uint64]*inodeState
-	gone     map[uint64]uint64 // forgotten zombies -> journal position their deletion needs
-	dirs     map[uint64]*dirState
-	baseLRU  *list.List        // inodes with an open base file, most recent first
-	origins  map[uint64]string // base inode number -> base-relative path
-	bparent  map[uint64]uint64 // base inode number -> the directory that listed it
-	opens    map[uint64]int
-	dirty    map[uint64]*inodeState
-	files    map[string]*os.File // data file of each layer in the stack
-	nextPage uint64              // the first page of the active layer's data file no slot holds
-	freed    []slotSpan          // slots of the active layer no block uses any more
+	zombies map[uint64]*inodeState
+	gone    map[uint64]uint64 // forgotten zombies -> journal position their deletion needs
+	dirs    map[uint64]*dirState
+	baseLRU *list.List        // inodes with an open base file, most recent first
+	origins map[uint64]string // base inode number -> base-relative path
+	bparent map[uint64]uint64 // base inode number -> the directory that listed it
+	opens   map[uint64]int
+	dirty   map[uint64]*inodeState
+	// writing counts the data writes between taking their slots and
+	// marking their pages; overlapped is set when two overlap, and a
+	// write that overlapped another leaves its pages' checksums to the
+	// seal (pageSums).
+	writing    int
+	overlapped bool
+	files      map[string]*os.File // data file of each layer in the stack
+	// present are frozen layers whose data file was found, so that a
+	// fingerprint, which needs only their checksums, looks for each once
+	// (layerPresent), not once per checkpoint.
+	present  map[string]bool
+	nextPage uint64     // the first page of the active layer's data file no slot holds
+	freed    []slotSpan // slots of the active layer no block uses any more
 	// punchable are freed slots of the active layer whose freeing is
 	// durable: the journal loop gives their space back, so an fsync(2)
 	// does not wait for the hole punching.
@@ -1309,7 +1319,7 @@ func (v *View) sealLocked() error {
 			}
 			if !ref.sealed() {
 				st.allocKnown = false // a page of zeros is a hole now
-				ref.open, ref.dirty = false, nil
+				ref.open, ref.dirty, ref.zero = false, nil, nil
 			}
 			op = append(op, kv{key: keyBlock(act, ino, b), val: encodeBlockRef(*ref)})
 		}
@@ -1363,12 +1373,25 @@ func (v *View) checksumDirtyLocked(f *os.File, ids []uint64) error {
 	}
 	sort.Slice(pages, func(i, j int) bool { return pages[i].off < pages[j].off })
 	crcs := make([]uint32, len(pages))
-	buf := make([]byte, min(len(pages), sealRun)*pageSize)
-	for i := 0; i < len(pages); {
+	// The buffer holds the longest run, not sealRun pages: most seals
+	// read a few scattered pages, and a fresh megabyte each time cost
+	// more than the reads (page faults and clearing).
+	runEnd := func(i int) int {
 		j := i + 1
 		for j < len(pages) && j-i < sealRun && pages[j].off == pages[j-1].off+pageSize {
 			j++
 		}
+		return j
+	}
+	longest := 0
+	for i := 0; i < len(pages); {
+		j := runEnd(i)
+		longest = max(longest, j-i)
+		i = j
+	}
+	buf := make([]byte, longest*pageSize)
+	for i := 0; i < len(pages); {
+		j := runEnd(i)
 		run := buf[:(j-i)*pageSize]
 		if err := readFull(f, run, pages[i].off); err != nil {
 			return fmt.Errorf("seal inode %d block %d: %w", pages[i].ino, pages[i].blk, err)
