@@ -218,10 +218,12 @@ type viewOnly struct {
 
 func (v *View) viewOnlyLocked() viewOnly {
 	var k viewOnly
-	for _, st := range v.inodes {
-		if st.tmp {
-			k.tmps = append(k.tmps, st)
+	for ino, st := range v.tmps {
+		if !st.tmp || v.inodes[ino] != st {
+			delete(v.tmps, ino) // linked or purged since
+			continue
 		}
+		k.tmps = append(k.tmps, st)
 	}
 	k.zombies = v.zombies
 	return k

@@ -420,6 +420,10 @@ func (v *View) Tmpfile(dir uint64, mode uint32, c Caller) (Attr, error) {
 	st.inActive, st.tmp = true, true
 	v.pre.inode(st, nil)
 	v.inodes[st.ino] = st
+	if v.tmps == nil {
+		v.tmps = map[uint64]*inodeState{}
+	}
+	v.tmps[st.ino] = st
 	v.opens[st.ino]++
 	return v.statAttrLocked(st), nil
 }

@@ -2,6 +2,7 @@ package layers
 
 import (
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 
@@ -177,4 +178,60 @@ func TestTmpfileErrors(t *testing.T) {
 	defer ro.Close()
 	_, err = ro.Tmpfile(RootIno, 0o644, root)
 	wantErr(t, "read-only view", err, ErrReadOnly)
+}
+
+// TestFreezeCarriesOpenTmpfiles: a checkpoint keeps the open tmpfiles
+// not linked yet (they can still be written and linked after it) and no
+// others, whatever else the view caches, and forgets the ones since
+// linked or released.
+func TestFreezeCarriesOpenTmpfiles(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		then     func(t *testing.T, v *View, ino uint64)
+		wantKept bool
+	}{
+		{"open, no name", func(*testing.T, *View, uint64) {}, true},
+		{"linked", func(t *testing.T, v *View, ino uint64) {
+			_, err := v.Link(ino, RootIno, "named")
+			ok(t, "link", err)
+		}, false},
+		{"released", func(t *testing.T, v *View, ino uint64) { v.Release(ino) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, MinBlockSize, func(base string) {
+				for i := 0; i < 50; i++ {
+					put(t, fmt.Sprintf("%s/f%d", base, i), "base")
+				}
+			})
+			v := e.view()
+			defer v.Close()
+			for i := 0; i < 50; i++ {
+				lookup(t, v, RootIno, fmt.Sprintf("f%d", i))
+			}
+			tf, err := v.Tmpfile(RootIno, 0o600, root)
+			ok(t, "tmpfile", err)
+			_, err = v.WriteAt(tf.Ino, []byte("before"), 0, false)
+			ok(t, "write", err)
+			tc.then(t, v, tf.Ino)
+			freeze(t, e.store, "sb")
+			v.mu.Lock()
+			_, inTmps := v.tmps[tf.Ino]
+			st := v.inodes[tf.Ino]
+			kept := st != nil && st.tmp
+			v.mu.Unlock()
+			if kept != tc.wantKept || inTmps != tc.wantKept {
+				t.Fatalf("after the checkpoint: kept as an open tmpfile %v (in the list %v), want %v", kept, inTmps, tc.wantKept)
+			}
+			if !tc.wantKept {
+				return
+			}
+			_, err = v.WriteAt(tf.Ino, []byte(" and after"), 6, false)
+			ok(t, "write after the checkpoint", err)
+			a, err := v.Link(tf.Ino, RootIno, "late")
+			ok(t, "link after the checkpoint", err)
+			if got := content(t, v, a.Ino); got != "before and after" {
+				t.Fatalf("content: %q", got)
+			}
+		})
+	}
 }
