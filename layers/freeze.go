@@ -219,8 +219,8 @@ type viewOnly struct {
 func (v *View) viewOnlyLocked() viewOnly {
 	var k viewOnly
 	for ino, st := range v.tmps {
-		if !st.tmp || v.inodes[ino] != st {
-			delete(v.tmps, ino) // linked or purged since
+		if v.inodes[ino] != st {
+			delete(v.tmps, ino) // a rollback moved the view off it
 			continue
 		}
 		k.tmps = append(k.tmps, st)

@@ -475,6 +475,7 @@ func (v *View) Link(ino, dir uint64, name string) (Attr, error) {
 		return Attr{}, fmt.Errorf("inode %d was removed: %w", ino, ErrNotFound)
 	}
 	st.tmp = false
+	delete(v.tmps, ino)
 	b := &batch{v: v}
 	v.copyUp(st)
 	st.rec.Nlink++
@@ -542,6 +543,7 @@ func (v *View) purge(b *batch, st *inodeState) {
 	delete(v.dirty, st.ino)
 	v.closeBaseLocked(st)
 	delete(v.inodes, st.ino)
+	delete(v.tmps, st.ino)
 	st.rec.Nlink = 0
 	st.tmp = false
 	st.purged = true

@@ -182,8 +182,8 @@ func TestTmpfileErrors(t *testing.T) {
 
 // TestFreezeCarriesOpenTmpfiles: a checkpoint keeps the open tmpfiles
 // not linked yet (they can still be written and linked after it) and no
-// others, whatever else the view caches, and forgets the ones since
-// linked or released.
+// others, whatever else the view caches: not the ones since linked or
+// released, nor those of a state a rollback left.
 func TestFreezeCarriesOpenTmpfiles(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -196,6 +196,10 @@ func TestFreezeCarriesOpenTmpfiles(t *testing.T) {
 			ok(t, "link", err)
 		}, false},
 		{"released", func(t *testing.T, v *View, ino uint64) { v.Release(ino) }, false},
+		{"a rollback since", func(t *testing.T, v *View, ino uint64) {
+			_, err := v.s.Repoint("sb", "", noRepointFn) // onto the base alone
+			ok(t, "rollback", err)
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, MinBlockSize, func(base string) {

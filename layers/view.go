@@ -198,9 +198,8 @@ type View struct {
 	writing    int
 	overlapped bool
 	files      map[string]*os.File // data file of each layer in the stack
-	// tmps holds the open tmpfiles not linked yet (and, until a freeze
-	// looks, some that since were): a freeze carries them over
-	// (viewOnlyLocked) without a walk of every cached inode.
+	// tmps holds the open tmpfiles not linked yet: a freeze carries them
+	// over (viewOnlyLocked) without a walk of every cached inode.
 	tmps map[uint64]*inodeState
 	// present are frozen layers whose data file was found, so that a
 	// fingerprint, which needs only their checksums, looks for each once
