@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/strata-sandbox/strata/layers"
@@ -88,6 +89,9 @@ type TouchedInvalidator interface {
 type Manager struct {
 	store *layers.Store
 	inval Invalidator
+	// labelsIndexed: every labelled checkpoint of the store has its label
+	// key (ensureLabelIndex ran, here or in an earlier process).
+	labelsIndexed atomic.Bool
 }
 
 // New returns a Manager for store; inval may be nil when nothing is mounted
@@ -103,6 +107,17 @@ func keyCP(id string) string               { return "x/cp/" + id }
 func keyCPIndex(sandbox, id string) string { return "x/cps/" + sandbox + "/" + id }
 func keyLayerCP(layer string) string       { return "x/lcp/" + layer }
 
+// keyCPLabel names the checkpoint that holds label in sandbox (sandbox
+// names hold no "/"): a new checkpoint finds a label taken with one read,
+// in the transaction that records it, not with a list of the sandbox's
+// checkpoints before it.
+func keyCPLabel(sandbox, label string) string { return "x/cpl/" + sandbox + "/" + label }
+
+// keyCPLabelsIndexed marks a store whose labelled checkpoints all have
+// their label key: stores made before label keys get them once
+// (ensureLabelIndex).
+const keyCPLabelsIndexed = "x/cpl-indexed"
+
 // Create freezes the sandbox's active layer as a new checkpoint.
 func (m *Manager) Create(sandbox string, o Options) (Checkpoint, error) {
 	return m.CreateTx(sandbox, o, nil)
@@ -113,14 +128,13 @@ func (m *Manager) Create(sandbox string, o Options) (Checkpoint, error) {
 // their records atomic with the checkpoint. An error from extra aborts the
 // checkpoint.
 func (m *Manager) CreateTx(sandbox string, o Options, extra func(tx *layers.Txn, cp Checkpoint) error) (Checkpoint, error) {
+	// Labels stand in for ids, so they stay unique within a sandbox: the
+	// label's key is read in the transaction that records the checkpoint,
+	// so two checkpoints made at once cannot both take it.
+	taken := fmt.Errorf("checkpoint label %q: %w", o.Label, layers.ErrExists)
 	if o.Label != "" {
-		// Labels stand in for ids, so they stay unique within a sandbox.
-		cps, err := m.List(sandbox)
-		if err != nil {
+		if err := m.ensureLabelIndex(); err != nil {
 			return Checkpoint{}, err
-		}
-		if hasLabel(cps, o.Label) {
-			return Checkpoint{}, fmt.Errorf("checkpoint label %q: %w", o.Label, layers.ErrExists)
 		}
 	}
 	cp := Checkpoint{
@@ -134,6 +148,13 @@ func (m *Manager) CreateTx(sandbox string, o Options, extra func(tx *layers.Txn,
 	// Everything goes into the transaction that freezes the layer: the
 	// writers are stopped meanwhile, and a crash keeps all of it or none.
 	_, _, err := m.store.Freeze(sandbox, func(tx *layers.Txn, frozen, next string) error {
+		if o.Label != "" {
+			if used, err := labelHolder(tx, sandbox, o.Label); err != nil {
+				return err
+			} else if used {
+				return taken
+			}
+		}
 		cp.Layer = frozen
 		hash, err := m.layerHash(tx, sandbox, frozen)
 		if err != nil {
@@ -156,19 +177,69 @@ func (m *Manager) CreateTx(sandbox string, o Options, extra func(tx *layers.Txn,
 		}
 		return nil
 	})
+	if errors.Is(err, taken) {
+		return Checkpoint{}, taken
+	}
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("checkpoint %s: %w", sandbox, err)
 	}
 	return cp, nil
 }
 
-func hasLabel(cps []Checkpoint, label string) bool {
-	for _, c := range cps {
-		if c.Label == label {
-			return true
-		}
+// labelHolder reports whether a checkpoint of sandbox holds label. A key
+// left naming a checkpoint that is gone (one removed while the keys were
+// being given to an older store's checkpoints) holds nothing.
+func labelHolder(tx *layers.Txn, sandbox, label string) (bool, error) {
+	id, err := tx.Get(keyCPLabel(sandbox, label))
+	if errors.Is(err, layers.ErrNotFound) {
+		return false, nil
 	}
-	return false
+	if err == nil {
+		_, err = getCheckpoint(tx, string(id))
+	}
+	if errors.Is(err, layers.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ensureLabelIndex gives the labelled checkpoints of a store made before
+// label keys existed their keys, once per store.
+func (m *Manager) ensureLabelIndex() error {
+	if m.labelsIndexed.Load() {
+		return nil
+	}
+	var cps []Checkpoint
+	indexed := false
+	err := m.store.View(func(tx *layers.Txn) error {
+		if _, err := tx.Get(keyCPLabelsIndexed); err == nil || !errors.Is(err, layers.ErrNotFound) {
+			indexed = err == nil
+			return err
+		}
+		return tx.Scan("x/cp/", func(key string, val []byte) error {
+			var cp Checkpoint
+			if err := json.Unmarshal(val, &cp); err != nil {
+				return fmt.Errorf("%s: %v: %w", key, err, layers.ErrCorrupt)
+			}
+			if cp.Label != "" {
+				cps = append(cps, cp)
+			}
+			return nil
+		})
+	})
+	if err == nil && !indexed {
+		err = inBatches(m.store, len(cps), func(tx *layers.Txn, i int) error {
+			return tx.Set(keyCPLabel(cps[i].Sandbox, cps[i].Label), []byte(cps[i].ID))
+		})
+	}
+	if err == nil && !indexed {
+		err = m.store.Update(func(tx *layers.Txn) error { return tx.Set(keyCPLabelsIndexed, nil) })
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint labels: %w", err)
+	}
+	m.labelsIndexed.Store(true)
+	return nil
 }
 
 // pinOwner names the owner of a layer pin; layers drops a sandbox's pins
@@ -185,6 +256,11 @@ func putCheckpoint(tx *layers.Txn, cp Checkpoint) error {
 	}
 	if err := tx.Set(keyCPIndex(cp.Sandbox, cp.ID), nil); err != nil {
 		return err
+	}
+	if cp.Label != "" {
+		if err := tx.Set(keyCPLabel(cp.Sandbox, cp.Label), []byte(cp.ID)); err != nil {
+			return err
+		}
 	}
 	if err := tx.Pin(cp.Layer, pinOwner(cp.Sandbox, "cp", cp.ID)); err != nil {
 		return err

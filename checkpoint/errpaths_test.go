@@ -118,7 +118,7 @@ func TestCorruptCheckpointRecord(t *testing.T) {
 		{"resolve by label", func(m *Manager) error { _, err := m.Resolve("c2"); return err }},
 		{"resolve by id", func(m *Manager) error { _, err := m.Resolve(h.cps[1].ID); return err }},
 		{"resolve in", func(m *Manager) error { _, err := m.ResolveIn("s", "c2"); return err }},
-		{"create with label", func(m *Manager) error { _, err := m.Create("s", Options{Label: "new"}); return err }},
+		{"create with its label", func(m *Manager) error { _, err := m.Create("s", Options{Label: "c1"}); return err }},
 		{"rollback", func(m *Manager) error { _, err := m.Rollback("s", "c2"); return err }},
 		{"prune", func(m *Manager) error { _, err := m.Prune("s", Policy{KeepLast: 1}); return err }},
 		{"remove", func(m *Manager) error { _, err := m.Remove("c0"); return err }},
@@ -130,9 +130,13 @@ func TestCorruptCheckpointRecord(t *testing.T) {
 	if _, err := e.store.Sandbox("s"); err != nil {
 		t.Fatalf("failed remove dropped the sandbox: %v", err)
 	}
-	// A checkpoint without a label needs no listing.
+	// A checkpoint without a label, or with another, reads no other
+	// checkpoint's record.
 	if _, err := e.mgr.Create("s", Options{}); err != nil {
 		t.Fatalf("checkpoint without a label: %v", err)
+	}
+	if _, err := e.mgr.Create("s", Options{Label: "new"}); err != nil {
+		t.Fatalf("checkpoint with another label: %v", err)
 	}
 	if _, err := e.mgr.Layers("s", true); err != nil {
 		t.Fatalf("layers: %v", err)

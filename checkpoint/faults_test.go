@@ -86,7 +86,8 @@ func TestInjectedFaults(t *testing.T) {
 		name, op, prefix string
 		call             call
 	}{
-		{"create: label lookup", "scan", "x/cps/", create},
+		{"create: label lookup", "get", "x/cpl/", create},
+		{"create: label key", "set", "x/cpl/", create},
 		{"create: state hash", "set", "x/lh/", create},
 		{"create: record", "set", "x/cp/", create},
 		{"create: index", "set", "x/cps/", create},
@@ -101,6 +102,8 @@ func TestInjectedFaults(t *testing.T) {
 		{"remove: index", "delete", "x/cps/", remove},
 		{"remove: layer index", "delete", "x/lcp/", remove},
 		{"remove: unpin", "unpin", "", remove},
+		{"remove: label lookup", "get", "x/cpl/", remove},
+		{"remove: label key", "delete", "x/cpl/", remove},
 		{"prune: record", "delete", "x/cp/", prune},
 	}
 	for _, mounted := range []bool{true, false} {

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,6 +28,17 @@ func (m *Manager) Remove(ref string) (Checkpoint, error) {
 func deleteCheckpoint(tx *layers.Txn, cp Checkpoint) error {
 	for _, k := range []string{keyCP(cp.ID), keyCPIndex(cp.Sandbox, cp.ID), keyLayerCP(cp.Layer)} {
 		if err := tx.Delete(k); err != nil {
+			return err
+		}
+	}
+	if cp.Label != "" {
+		// The key may name another checkpoint of an older store that
+		// shared the label: that one keeps it.
+		id, err := tx.Get(keyCPLabel(cp.Sandbox, cp.Label))
+		if err == nil && string(id) == cp.ID {
+			err = tx.Delete(keyCPLabel(cp.Sandbox, cp.Label))
+		}
+		if err != nil && !errors.Is(err, layers.ErrNotFound) {
 			return err
 		}
 	}
