@@ -310,6 +310,11 @@ func (m *Manager) Resolve(ref string) (Checkpoint, error) {
 			found = []Checkpoint{cp}
 			return nil
 		}
+		if _, err := tx.Get(keyCPLabelsIndexed); err == nil {
+			var err error
+			found, err = resolveByKeys(tx, ref)
+			return err
+		}
 		return tx.Scan("x/cp/", func(key string, val []byte) error {
 			var cp Checkpoint
 			if err := json.Unmarshal(val, &cp); err != nil {
@@ -331,6 +336,54 @@ func (m *Manager) Resolve(ref string) (Checkpoint, error) {
 		return found[0], nil
 	}
 	return Checkpoint{}, fmt.Errorf("checkpoint %s matches %d checkpoints (%s): %w", ref, len(found), describeMatches(found), ErrAmbiguous)
+}
+
+// resolveByKeys finds the checkpoints ref names, as an id prefix of 6 or
+// more characters or as a label, from the keys alone: the records under
+// the prefix, and the label keys of every sandbox (no record decoded
+// but those that match). The store must hold every label key
+// (keyCPLabelsIndexed).
+func resolveByKeys(tx *layers.Txn, ref string) ([]Checkpoint, error) {
+	var found []Checkpoint
+	seen := map[string]bool{}
+	add := func(id string) error {
+		if seen[id] {
+			return nil
+		}
+		cp, err := getCheckpoint(tx, id)
+		if errors.Is(err, layers.ErrNotFound) {
+			return nil // a label key left naming a checkpoint that is gone
+		}
+		if err == nil {
+			seen[id] = true
+			found = append(found, cp)
+		}
+		return err
+	}
+	if len(ref) >= 6 {
+		err := tx.Scan("x/cp/"+strings.ToUpper(ref), func(key string, _ []byte) error {
+			return add(strings.TrimPrefix(key, "x/cp/"))
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	var ids []string
+	err := tx.Scan("x/cpl/", func(key string, val []byte) error {
+		// x/cpl/SANDBOX/LABEL: sandbox names hold no "/", labels may.
+		if _, label, ok := strings.Cut(strings.TrimPrefix(key, "x/cpl/"), "/"); ok && label == ref {
+			ids = append(ids, string(val))
+		}
+		return nil
+	})
+	for _, id := range ids {
+		if err == nil {
+			err = add(id)
+		}
+	}
+	// In id order, as a scan of the records finds them.
+	sort.Slice(found, func(i, j int) bool { return found[i].ID < found[j].ID })
+	return found, err
 }
 
 // describeMatches names the first few of the checkpoints an ambiguous

@@ -115,13 +115,14 @@ func TestCorruptCheckpointRecord(t *testing.T) {
 	e.setRecord(keyCP(h.cps[1].ID), []byte(`{"id": "`))
 	runOps(t, e.mgr, layers.ErrCorrupt, []op{
 		{"list", func(m *Manager) error { _, err := m.List("s"); return err }},
-		{"resolve by label", func(m *Manager) error { _, err := m.Resolve("c2"); return err }},
+		{"resolve by label", func(m *Manager) error { _, err := m.Resolve("c1"); return err }},
 		{"resolve by id", func(m *Manager) error { _, err := m.Resolve(h.cps[1].ID); return err }},
-		{"resolve in", func(m *Manager) error { _, err := m.ResolveIn("s", "c2"); return err }},
+		{"resolve by id prefix", func(m *Manager) error { _, err := m.Resolve(h.cps[1].ID[:20]); return err }},
+		{"resolve in", func(m *Manager) error { _, err := m.ResolveIn("s", "c1"); return err }},
 		{"create with its label", func(m *Manager) error { _, err := m.Create("s", Options{Label: "c1"}); return err }},
-		{"rollback", func(m *Manager) error { _, err := m.Rollback("s", "c2"); return err }},
+		{"rollback", func(m *Manager) error { _, err := m.Rollback("s", "c1"); return err }},
 		{"prune", func(m *Manager) error { _, err := m.Prune("s", Policy{KeepLast: 1}); return err }},
-		{"remove", func(m *Manager) error { _, err := m.Remove("c0"); return err }},
+		{"remove", func(m *Manager) error { _, err := m.Remove("c1"); return err }},
 		{"remove sandbox", func(m *Manager) error { e.close("s"); return m.RemoveSandbox("s") }},
 	})
 	if got := e.liveTree("s"); !reflect.DeepEqual(got, h.trees[3]) {
@@ -130,8 +131,21 @@ func TestCorruptCheckpointRecord(t *testing.T) {
 	if _, err := e.store.Sandbox("s"); err != nil {
 		t.Fatalf("failed remove dropped the sandbox: %v", err)
 	}
-	// A checkpoint without a label, or with another, reads no other
-	// checkpoint's record.
+	// Resolving another checkpoint reads no other record (label keys),
+	// nor does a checkpoint without a label, or with another.
+	if cp, err := e.mgr.ResolveIn("s", "c2"); err != nil || cp.ID != h.cps[2].ID {
+		t.Fatalf("resolve c2 beside the damaged c1: %v, %v", cp.ID, err)
+	}
+	if cp, err := e.mgr.Resolve(h.cps[0].ID[:20]); err != nil || cp.ID != h.cps[0].ID {
+		t.Fatalf("resolve c0 by id prefix beside the damaged c1: %v, %v", cp.ID, err)
+	}
+	// A store made before label keys resolves by reading every record.
+	if err := e.store.Update(func(tx *layers.Txn) error { return tx.Delete(keyCPLabelsIndexed) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.mgr.Resolve("c2"); !errors.Is(err, layers.ErrCorrupt) {
+		t.Fatalf("resolve c2 by the scan of every record: %v, want ErrCorrupt", err)
+	}
 	if _, err := e.mgr.Create("s", Options{}); err != nil {
 		t.Fatalf("checkpoint without a label: %v", err)
 	}

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -168,5 +169,75 @@ func TestLabelKeysFaults(t *testing.T) {
 				t.Fatalf("create after the failure: %v", err)
 			}
 		})
+	}
+}
+
+// TestResolveByKeysAgreesWithTheScan: resolving through the label keys
+// (and the records under an id prefix) answers every reference as the scan
+// of every record does, for a store with the keys and one without: the
+// same checkpoint, or the same error (not found, ambiguous, with the same
+// matches named). A label key left naming a checkpoint that is gone
+// matches nothing.
+func TestResolveByKeysAgreesWithTheScan(t *testing.T) {
+	r := newResolveFixture(t)
+	e := r.e
+	e.setRecord(keyCPLabel("s", "gone"), []byte(r.plain.ID+"X"))
+	// A label that is also a prefix of its own checkpoint's id (ids begin
+	// with their time) names it once, not twice.
+	e.put("s", "a", "4")
+	own := e.checkpoint("s", layers.NewID()[:6])
+	refs := []string{own.Label,
+		"first", "second", "only-f", "gone", "nothing", "",
+		r.first.ID, r.plain.ID, strings.ToLower(r.plain.ID), r.sharedPrefix, r.plain.ID[:len(r.sharedPrefix)+3],
+		r.first.ID[:5], r.onlyF.ID[:12],
+	}
+	resolve := func(ref string) string {
+		cp, err := e.mgr.Resolve(ref)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return cp.ID
+	}
+	byKeys := map[string]string{}
+	for _, ref := range refs {
+		byKeys[ref] = resolve(ref)
+	}
+	err := e.store.Update(func(tx *layers.Txn) error { return tx.Delete(keyCPLabelsIndexed) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range refs {
+		if scanned := resolve(ref); scanned != byKeys[ref] {
+			t.Errorf("resolve %q: %s by the keys, %s by the scan", ref, byKeys[ref], scanned)
+		}
+	}
+	if byKeys["first"] == r.first.ID || !strings.Contains(byKeys["first"], "ambiguous") {
+		t.Errorf("a label two sandboxes use resolved to %s", byKeys["first"])
+	}
+	if byKeys["only-f"] != r.onlyF.ID || !strings.Contains(byKeys["gone"], "not found") {
+		t.Errorf("only-f: %s, gone: %s", byKeys["only-f"], byKeys["gone"])
+	}
+}
+
+// TestResolveByKeysFaults: a failed read of the records under an id
+// prefix, or of the label keys, fails the resolve with that error.
+func TestResolveByKeysFaults(t *testing.T) {
+	e := newStoreEnv(t, nil)
+	e.put("s", "f", "1")
+	a := e.checkpoint("s", "a")
+	for _, tc := range []struct{ ref, prefix string }{
+		{a.ID[:20], "x/cp/"},
+		{"a", "x/cpl/"},
+	} {
+		hits := 0
+		restore := e.store.InjectFault(failOn("scan", tc.prefix, &hits))
+		_, err := e.mgr.Resolve(tc.ref)
+		restore()
+		if !errors.Is(err, errInjected) || hits == 0 {
+			t.Errorf("resolve %q with the scan of %s failing: %v", tc.ref, tc.prefix, err)
+		}
+		if cp, err := e.mgr.Resolve(tc.ref); err != nil || cp.ID != a.ID {
+			t.Errorf("resolve %q: %v, %v", tc.ref, cp.ID, err)
+		}
 	}
 }
