@@ -561,18 +561,14 @@ func (s *pageSum) sum(data []byte, lo int64) {
 	s.crc = crc32.Checksum(page[:], castagnoli())
 }
 
-// set records the page's checksum. A page of zeros stays marked as
-// written until the seal, as any page written is: until then it counts
-// as data, not as a hole.
+// set records the page's checksum, on a page touchPages marked written
+// (no longer zero, checksum stale). A page of zeros stays marked until
+// the seal, as any page written is: until then it counts as data, not as
+// a hole.
 func (s *pageSum) set() {
-	if s.ref.zero != nil {
-		s.ref.zero[s.p] = false
+	if s.crc != zeroPageCRC {
+		s.ref.CRCs[s.p], s.ref.dirty[s.p] = s.crc, false
 	}
-	if s.crc == zeroPageCRC {
-		s.ref.dirty[s.p] = true
-		return
-	}
-	s.ref.CRCs[s.p], s.ref.dirty[s.p] = s.crc, false
 }
 
 func (v *View) markBlock(st *inodeState, blk uint64) {
