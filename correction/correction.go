@@ -198,16 +198,6 @@ func checkpointLabel(p *Plan, step int, phase string) string {
 	return fmt.Sprintf("%s/%d/%s", p.Name, step, phase)
 }
 
-func getPlan(tx *layers.Txn, id string) (*Plan, error) {
-	var p Plan
-	if err := getJSON(tx, keyPlan(id), "plan "+id, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
-}
-
-func putPlan(tx *layers.Txn, p *Plan) error { return putJSON(tx, keyPlan(p.ID), p) }
-
 // CreateOptions configure a new plan.
 type CreateOptions struct {
 	// Sandbox the plan works in; a subplan takes its parent's.
@@ -279,19 +269,19 @@ func (m *Manager) Create(name string, o CreateOptions) (Plan, error) {
 			return fmt.Errorf("plan %s: %w", name, layers.ErrExists)
 		}
 		if parent != nil {
-			pp, err := m.load(tx, parent.ID)
+			pp, err := m.loadDoc(tx, parent.ID)
 			if err != nil {
 				return err
 			}
-			pp.Subplans = append(pp.Subplans, p.ID)
-			if err := putPlan(tx, pp); err != nil {
+			pp.p.Subplans = append(pp.p.Subplans, p.ID)
+			if err := pp.write(tx); err != nil {
 				return err
 			}
 		}
 		if err := tx.Set(keyPlanName(name), []byte(p.ID)); err != nil {
 			return err
 		}
-		return putPlan(tx, &p)
+		return newPlanDoc(&p).write(tx)
 	})
 	if err != nil {
 		return Plan{}, err
@@ -363,15 +353,33 @@ func resolve(tx *layers.Txn, ref string) (string, error) {
 
 // load reads plan id inside tx and checks that its sandbox still exists.
 func (m *Manager) load(tx *layers.Txn, id string) (*Plan, error) {
-	p, err := getPlan(tx, id)
+	d, err := m.loadDoc(tx, id)
 	if err != nil {
 		return nil, err
 	}
+	return d.p, nil
+}
+
+// loadDoc is load, keeping what writing the plan back needs.
+func (m *Manager) loadDoc(tx *layers.Txn, id string) (*planDoc, error) {
+	d, err := readPlan(tx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := sandboxLives(tx, d.p); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// sandboxLives checks that plan p's sandbox still exists: the one it was
+// made in, not another made since under its name.
+func sandboxLives(tx *layers.Txn, p *Plan) error {
 	info, err := tx.Sandbox(p.Sandbox)
 	if err != nil || !info.Created.Equal(p.SandboxCreated) {
-		return nil, fmt.Errorf("plan %s: sandbox %s: %w", p.Name, p.Sandbox, ErrSandboxGone)
+		return fmt.Errorf("plan %s: sandbox %s: %w", p.Name, p.Sandbox, ErrSandboxGone)
 	}
-	return p, nil
+	return nil
 }
 
 // Get returns the plan ref names (id, 6+ character id prefix or name). It
@@ -422,17 +430,17 @@ func final(p *Plan) error {
 // mutate reads plan id in tx, refuses an applied plan, runs fn and writes
 // the plan back.
 func (m *Manager) mutate(tx *layers.Txn, id string, fn func(p *Plan) error) error {
-	p, err := m.load(tx, id)
+	d, err := m.loadDoc(tx, id)
 	if err != nil {
 		return err
 	}
-	if err := final(p); err != nil {
+	if err := final(d.p); err != nil {
 		return err
 	}
-	if err := fn(p); err != nil {
+	if err := fn(d.p); err != nil {
 		return err
 	}
-	return putPlan(tx, p)
+	return d.write(tx)
 }
 
 // prepare resolves ref and returns the plan as stored, refusing an applied
@@ -460,36 +468,33 @@ func (m *Manager) Begin(ref, id, label string) (Decision, error) {
 	if id == "" {
 		return Decision{}, fmt.Errorf("step begin: no decision: %w", layers.ErrInvalid)
 	}
-	p, err := m.prepare(ref)
+	s, err := m.prepareStep(ref, id)
 	if err != nil {
 		return Decision{}, err
 	}
-	step := len(p.Decisions) + 1
+	p := *s.p
+	step := s.steps + 1
 	var d Decision
-	record := func(p *Plan, cpID string) error {
-		if len(p.Decisions)+1 != step {
-			return fmt.Errorf("plan %s: %w", p.Name, errChanged)
+	record := func(s *stepDoc, cpID string) error {
+		if s.steps+1 != step {
+			return fmt.Errorf("plan %s: %w", s.p.Name, errChanged)
 		}
-		if i := p.latest(id); i >= 0 && p.Decisions[i].Status != StatusReverted {
-			return fmt.Errorf("plan %s: decision %s is %s: %w", p.Name, id, p.Decisions[i].Status, layers.ErrExists)
+		if l := s.latest(); l != nil && l.Status != StatusReverted {
+			return fmt.Errorf("plan %s: decision %s is %s: %w", s.p.Name, id, l.Status, layers.ErrExists)
 		}
-		for i := range p.Decisions {
-			if p.Decisions[i].ID == id {
-				p.Decisions[i].NeedsReexecution = false
-			}
+		for i := range s.ds {
+			s.ds[i].NeedsReexecution = false
 		}
 		d = Decision{ID: id, Step: step, Label: label, Status: StatusRunning, Checkpoint: cpID, Started: time.Now().UTC()}
-		p.Decisions = append(p.Decisions, d)
+		s.add(d)
 		return nil
 	}
 	// Check before freezing, so a refused step leaves no checkpoint.
-	if err := record(&p, ""); err != nil {
+	if err := record(s, ""); err != nil {
 		return Decision{}, err
 	}
 	if !p.Has(BeforeStep) {
-		err = m.store.Update(func(tx *layers.Txn) error {
-			return m.mutate(tx, p.ID, func(p *Plan) error { return record(p, "") })
-		})
+		err = m.store.Update(func(tx *layers.Txn) error { return m.stepTx(tx, p.ID, id, "", record) })
 		if err != nil {
 			return Decision{}, err
 		}
@@ -497,7 +502,7 @@ func (m *Manager) Begin(ref, id, label string) (Decision, error) {
 	}
 	o := checkpoint.Options{Label: checkpointLabel(&p, step, BeforeStep), Reason: label, Plan: p.ID, Step: step, Decision: id, Phase: BeforeStep}
 	_, err = m.cp.CreateTx(p.Sandbox, o, func(tx *layers.Txn, cp checkpoint.Checkpoint) error {
-		return m.mutate(tx, p.ID, func(p *Plan) error { return record(p, cp.ID) })
+		return m.stepTx(tx, p.ID, id, cp.ID, record)
 	})
 	if err != nil {
 		return Decision{}, err
@@ -510,33 +515,31 @@ func (m *Manager) Begin(ref, id, label string) (Decision, error) {
 func (m *Manager) End(ref, id string, failed bool) (Decision, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p, err := m.prepare(ref)
+	s, err := m.prepareStep(ref, id)
 	if err != nil {
 		return Decision{}, err
 	}
+	p := *s.p
 	var d Decision
-	record := func(p *Plan, cpID string) error {
-		i := p.latest(id)
-		if i < 0 || p.Decisions[i].Status != StatusRunning {
-			return fmt.Errorf("plan %s: decision %q: %w", p.Name, id, ErrStepNotBegun)
+	record := func(s *stepDoc, cpID string) error {
+		l := s.latest()
+		if l == nil || l.Status != StatusRunning {
+			return fmt.Errorf("plan %s: decision %q: %w", s.p.Name, id, ErrStepNotBegun)
 		}
-		dd := &p.Decisions[i]
-		dd.Status = StatusDone
+		l.Status = StatusDone
 		if failed {
-			dd.Status = StatusFailed
+			l.Status = StatusFailed
 		}
-		dd.Ended = time.Now().UTC()
-		dd.AfterCheckpoint = cpID
-		d = *dd
+		l.Ended = time.Now().UTC()
+		l.AfterCheckpoint = cpID
+		d = *l
 		return nil
 	}
-	if err := record(&p, ""); err != nil {
+	if err := record(s, ""); err != nil {
 		return Decision{}, err
 	}
 	if !p.Has(AfterStep) {
-		err = m.store.Update(func(tx *layers.Txn) error {
-			return m.mutate(tx, p.ID, func(p *Plan) error { return record(p, "") })
-		})
+		err = m.store.Update(func(tx *layers.Txn) error { return m.stepTx(tx, p.ID, id, "", record) })
 		if err != nil {
 			return Decision{}, err
 		}
@@ -544,12 +547,78 @@ func (m *Manager) End(ref, id string, failed bool) (Decision, error) {
 	}
 	o := checkpoint.Options{Label: checkpointLabel(&p, d.Step, AfterStep), Reason: d.Label, Plan: p.ID, Step: d.Step, Decision: id, Phase: AfterStep}
 	_, err = m.cp.CreateTx(p.Sandbox, o, func(tx *layers.Txn, cp checkpoint.Checkpoint) error {
-		return m.mutate(tx, p.ID, func(p *Plan) error { return record(p, cp.ID) })
+		return m.stepTx(tx, p.ID, id, cp.ID, record)
 	})
 	if err != nil {
 		return Decision{}, err
 	}
 	return d, nil
+}
+
+// errPending: the plan has an apply journal, which Get finishes first.
+var errPending = errors.New("apply pending")
+
+// prepareStep resolves ref and reads what a step of decision did needs of
+// the plan as stored, refusing an applied plan; what it returns only
+// serves for what is decided before the transaction (checkpoint labels,
+// sandbox, the checks that refuse a step before it checkpoints).
+func (m *Manager) prepareStep(ref, did string) (*stepDoc, error) {
+	var s *stepDoc
+	err := m.store.View(func(tx *layers.Txn) error {
+		id, err := resolve(tx, ref)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Get(keyApply(id)); err == nil {
+			return errPending
+		}
+		s, err = m.loadStep(tx, id, did)
+		return err
+	})
+	if errors.Is(err, errPending) {
+		// An apply a crash interrupted is finished first, as Get does.
+		var p Plan
+		if p, err = m.Get(ref); err == nil {
+			err = m.store.View(func(tx *layers.Txn) error {
+				s, err = m.loadStep(tx, p.ID, did)
+				return err
+			})
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// loadStep reads, inside tx, what a step of decision did needs of plan id
+// (readStep), checking that its sandbox still exists and that it takes
+// changes.
+func (m *Manager) loadStep(tx *layers.Txn, id, did string) (*stepDoc, error) {
+	s, err := readStep(tx, id, did)
+	if err != nil {
+		return nil, err
+	}
+	if err := sandboxLives(tx, s.p); err != nil {
+		return nil, err
+	}
+	if err := final(s.p); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// stepTx reads plan id's step record of decision did in tx, has record
+// change it and writes it back.
+func (m *Manager) stepTx(tx *layers.Txn, id, did, cpID string, record func(s *stepDoc, cpID string) error) error {
+	s, err := m.loadStep(tx, id, did)
+	if err != nil {
+		return err
+	}
+	if err := record(s, cpID); err != nil {
+		return err
+	}
+	return s.write(tx)
 }
 
 // Complete marks a plan complete. When it is a subplan whose parent has the

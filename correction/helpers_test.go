@@ -37,7 +37,7 @@ func (ms mounts) InvalidateTouched(sandbox string, t layers.Touched) {
 // env is a store with one sandbox "s" over a base, mounted at mnt, and
 // the managers over it.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	storeDir string
 	store    *layers.Store
@@ -50,7 +50,7 @@ type env struct {
 
 // newEnv makes a store, a base filled by fill, a sandbox "s" and mounts it;
 // everything is unmounted and closed when the test ends.
-func newEnv(t *testing.T, fill func(base string)) *env {
+func newEnv(t testing.TB, fill func(base string)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	e := &env{t: t, dir: dir, base: filepath.Join(dir, "base"), mnt: filepath.Join(dir, "mnt"), storeDir: filepath.Join(dir, "store"), ms: mounts{}}
@@ -147,7 +147,7 @@ func (e *env) remove(rel string) {
 
 // tree describes every path below dir: type, permissions and content or
 // link target.
-func tree(t *testing.T, dir string) map[string]string {
+func tree(t testing.TB, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -191,7 +191,7 @@ func tree(t *testing.T, dir string) map[string]string {
 
 // xattrDesc lists the extended attributes of p, not following a symlink:
 // "name=value ..." by name.
-func xattrDesc(t *testing.T, p string) string {
+func xattrDesc(t testing.TB, p string) string {
 	t.Helper()
 	buf := make([]byte, 64<<10)
 	n, err := unix.Llistxattr(p, buf)
@@ -268,7 +268,7 @@ func (e *env) record() string {
 	return string(b)
 }
 
-func must[T any](t *testing.T) func(v T, err error) T {
+func must[T any](t testing.TB) func(v T, err error) T {
 	return func(v T, err error) T {
 		t.Helper()
 		if err != nil {

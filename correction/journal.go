@@ -299,10 +299,11 @@ func (l errList) Unwrap() []error { return l }
 // its status back unless it was applied.
 func (m *Manager) commitApply(j *applyJournal, phase string) error {
 	err := m.store.Update(func(tx *layers.Txn) error {
-		p, err := getPlan(tx, j.Plan)
+		d, err := readPlan(tx, j.Plan)
 		if err != nil {
 			return err
 		}
+		p := d.p
 		switch phase {
 		case phaseStaging:
 			if err := final(p); err != nil {
@@ -321,7 +322,7 @@ func (m *Manager) commitApply(j *applyJournal, phase string) error {
 				p.Status = j.Status
 			}
 		}
-		err = putPlan(tx, p)
+		err = d.write(tx)
 		if err == nil && phase == "" {
 			return tx.Delete(keyApply(j.Plan))
 		}
@@ -408,8 +409,11 @@ func (m *Manager) recoverApply(id string) error {
 // getJSON decodes the record under key into v; what names it in errors.
 func getJSON(tx *layers.Txn, key, what string, v any) error {
 	b, err := tx.Get(key)
-	if err != nil {
+	if errors.Is(err, layers.ErrNotFound) {
 		return fmt.Errorf("%s: %w", what, layers.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("%s: %v: %w", what, err, layers.ErrCorrupt)
