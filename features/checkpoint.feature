@@ -115,3 +115,16 @@ Feature: Checkpoints, live rollback and the archive
     When I try to roll "work" back to the checkpoint "nope"
     Then the command fails with exit code 1
     And the error says "checkpoint nope: not found"
+
+  Scenario: Keep a content written twice once
+    When I write 256 KiB of random bytes to "big.bin" in the mount
+    And I create the checkpoint "one" of "work"
+    And I copy "big.bin" to "copy.bin" in the mount
+    And I create the checkpoint "two" of "work"
+    And I collect garbage with dedup
+    Then the collection kept 4 blocks once and freed 256 KiB
+    And "big.bin" and "copy.bin" in the mount hold the same bytes
+    And every checkpoint of "work" verifies
+    And fsck finds no problem
+    When I remount the sandbox "work"
+    Then "big.bin" and "copy.bin" in the mount hold the same bytes

@@ -1,7 +1,9 @@
 package features
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +23,14 @@ type checkpointState struct {
 	rollback    rollbackJSON              // of the last rollback or restore
 	reader      *os.File                  // a file held open across a rollback
 	exportDir   string
+	gc          gcJSON // of the last collection
+}
+
+type gcJSON struct {
+	Dedup *struct {
+		Blocks     int   `json:"blocks"`
+		BytesFreed int64 `json:"bytes_freed"`
+	} `json:"dedup"`
 }
 
 type checkpointKey struct{}
@@ -93,6 +103,12 @@ func initCheckpointSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^"([^"]*)" in the second mount contains "([^"]*)"$`, secondContains)
 	sc.Step(`^I write "([^"]*)" to "([^"]*)" in the second mount$`, writeSecond)
 	sc.Step(`^"([^"]*)" stands on the layer of the checkpoint "([^"]*)"$`, standsOn)
+	sc.Step(`^I write (\d+) KiB of random bytes to "([^"]*)" in the mount$`, writeRandom)
+	sc.Step(`^I copy "([^"]*)" to "([^"]*)" in the mount$`, copyFile)
+	sc.Step(`^I collect garbage with dedup$`, gcDedup)
+	sc.Step(`^the collection kept (\d+) blocks once and freed (\d+) KiB$`, gcKept)
+	sc.Step(`^"([^"]*)" and "([^"]*)" in the mount hold the same bytes$`, sameBytes)
+	sc.Step(`^fsck finds no problem$`, fsckClean)
 }
 
 // okJSON runs strata --json and decodes what it prints into v.
@@ -380,4 +396,62 @@ func standsOn(ctx context.Context, sandbox, label string) error {
 		}
 	}
 	return fmt.Errorf("layers of %s: got %v, want them to include %s", sandbox, ls, want)
+}
+
+func writeRandom(ctx context.Context, kib int, rel string) error {
+	b := make([]byte, kib<<10)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	return os.WriteFile(getWorld(ctx).path(rel), b, 0o644)
+}
+
+func copyFile(ctx context.Context, from, to string) error {
+	w := getWorld(ctx)
+	b, err := os.ReadFile(w.path(from))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(w.path(to), b, 0o644)
+}
+
+func gcDedup(ctx context.Context) error {
+	return getWorld(ctx).okJSON(&getCheckpoints(ctx).gc, "gc", "--dedup")
+}
+
+func gcKept(ctx context.Context, blocks, kib int) error {
+	d := getCheckpoints(ctx).gc.Dedup
+	if d == nil || d.Blocks != blocks || d.BytesFreed != int64(kib)<<10 {
+		return fmt.Errorf("gc --dedup: got %+v, want %d blocks and %d KiB", d, blocks, kib)
+	}
+	return nil
+}
+
+func sameBytes(ctx context.Context, a, b string) error {
+	w := getWorld(ctx)
+	x, err := os.ReadFile(w.path(a))
+	if err != nil {
+		return err
+	}
+	y, err := os.ReadFile(w.path(b))
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(x, y) {
+		return fmt.Errorf("%s and %s differ", a, b)
+	}
+	return nil
+}
+
+func fsckClean(ctx context.Context) error {
+	var rep struct {
+		Problems []json.RawMessage `json:"problems"`
+	}
+	if err := getWorld(ctx).okJSON(&rep, "fsck"); err != nil {
+		return err
+	}
+	if len(rep.Problems) != 0 {
+		return fmt.Errorf("fsck: %d problems", len(rep.Problems))
+	}
+	return nil
 }

@@ -373,6 +373,20 @@ type blockRef struct {
 	// local file system, zeros or not. Stored (a flag byte after the
 	// checksums), and a copy of the block is allocated whole too.
 	alloc bool
+	// Home, when set, is the layer whose data file holds the slot: the
+	// record's own layer or one below it in its stack, which holds the
+	// same content (dedup.go). Only frozen layers' records have one; they
+	// take no space of their own.
+	Home string
+}
+
+// dataLayer is the layer whose data file holds the block of a record
+// stored in layer.
+func (r *blockRef) dataLayer(layer string) string {
+	if r.Home != "" {
+		return r.Home
+	}
+	return layer
 }
 
 // The flag byte after a stored blockRef's checksums.
@@ -380,7 +394,11 @@ const (
 	blockRefAlloc = 1 << iota // alloc is set
 	blockRefPaged             // Slot counts pages, not blocks
 	blockRefShort             // a uvarint follows: Pages
+	blockRefHome              // a uvarint length and Home follow (after Pages)
 )
+
+// maxHomeLen bounds a stored Home: a layer id.
+const maxHomeLen = 64
 
 func (r blockRef) sealed() bool { return !r.open }
 
@@ -424,6 +442,9 @@ func encodeBlockRef(r blockRef) []byte {
 	if r.alloc {
 		flags |= blockRefAlloc
 	}
+	if r.Home != "" {
+		flags |= blockRefHome
+	}
 	b = binary.AppendUvarint(b, slot)
 	b = binary.AppendUvarint(b, n)
 	for _, c := range r.CRCs {
@@ -434,6 +455,10 @@ func encodeBlockRef(r blockRef) []byte {
 	}
 	if flags&blockRefShort != 0 {
 		b = binary.AppendUvarint(b, uint64(r.Pages))
+	}
+	if r.Home != "" {
+		b = binary.AppendUvarint(b, uint64(len(r.Home)))
+		b = append(b, r.Home...)
 	}
 	return b
 }
@@ -456,7 +481,7 @@ func decodeBlockRef(b []byte) (blockRef, error) {
 	var flags byte
 	if len(tail) > 0 {
 		flags, tail = tail[0], tail[1:]
-		if flags == 0 || flags&^(blockRefAlloc|blockRefPaged|blockRefShort) != 0 || flags&blockRefShort != 0 && flags&blockRefPaged == 0 {
+		if flags == 0 || flags&^(blockRefAlloc|blockRefPaged|blockRefShort|blockRefHome) != 0 || flags&blockRefShort != 0 && flags&blockRefPaged == 0 {
 			return r, fmt.Errorf("block ref: flags %#x: %w", flags, ErrCorrupt)
 		}
 	}
@@ -468,6 +493,14 @@ func decodeBlockRef(b []byte) (blockRef, error) {
 			return r, fmt.Errorf("block ref: slot of %d pages for %d: %w", pages, n, ErrCorrupt)
 		}
 		r.Pages, tail = uint32(pages), t.b
+	}
+	if flags&blockRefHome != 0 {
+		t := decoder{b: tail}
+		n := t.uvarint()
+		if t.err != nil || n == 0 || n > maxHomeLen || n > uint64(len(t.b)) {
+			return r, fmt.Errorf("block ref: home of %d bytes: %w", n, ErrCorrupt)
+		}
+		r.Home, tail = string(t.b[:n]), t.b[n:]
 	}
 	if len(tail) != 0 {
 		return r, fmt.Errorf("block ref: %d trailing bytes: %w", len(tail), ErrCorrupt)

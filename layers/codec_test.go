@@ -128,6 +128,9 @@ func TestBlockRefRoundTrip(t *testing.T) {
 		{Slot: 5, CRCs: []uint32{9, 9}, alloc: true},
 		{Slot: 7, Pages: 1, CRCs: []uint32{1, 2, 3, 4}},
 		{Slot: 8, Pages: 3, CRCs: []uint32{1, 2, 3, 4}, alloc: true},
+		{Slot: 6, CRCs: []uint32{1, 2}, Home: "01HOMELAYER"},
+		{Slot: 8, Pages: 3, CRCs: []uint32{1, 2, 3, 4}, alloc: true, Home: "01M8EDPHR8GC56JNSYR0GN82YC"},
+		{Slot: 5, CRCs: []uint32{1, 2}, Home: "L"},
 	} {
 		got, err := decodeBlockRef(encodeBlockRef(r))
 		if err != nil || !reflect.DeepEqual(got, r) || !got.sealed() {
@@ -181,7 +184,12 @@ func TestBlockRefDamage(t *testing.T) {
 		{"no checksums", []byte{1, 0}},
 		{"short checksums", good[:len(good)-1]},
 		{"flag byte zero", with(0)},
-		{"unknown flag", with(8)},
+		{"unknown flag", with(16)},
+		{"home without its length", with(blockRefHome)},
+		{"home of no bytes", with(blockRefHome, 0)},
+		{"home past the record", with(blockRefHome, 3, 'a', 'b')},
+		{"home too long", append(with(blockRefHome, maxHomeLen+1), bytes.Repeat([]byte{'a'}, maxHomeLen+1)...)},
+		{"bytes after home", with(blockRefHome, 1, 'a', 0)},
 		{"two flag bytes", with(1, 1)},
 		{"short without paged", with(blockRefShort)},
 		{"short without its pages", with(blockRefPaged | blockRefShort)},
@@ -189,6 +197,7 @@ func TestBlockRefDamage(t *testing.T) {
 		{"short of every page", with(blockRefPaged|blockRefShort, 2)},
 		{"trailing bytes", with(blockRefPaged|blockRefShort, 1, 0)},
 		{"slot past any file", huge},
+		{"slot in blocks overflows", append(binary.AppendUvarint(binary.AppendUvarint(nil, math.MaxUint64/2+1), 2), 0, 0, 0, 0, 0, 0, 0, 0)},
 	} {
 		if _, err := decodeBlockRef(c.b); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s (%x): got %v, want ErrCorrupt", c.name, c.b, err)

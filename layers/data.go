@@ -175,6 +175,11 @@ func (v *View) sourceBlock(st *inodeState, blk uint64) (source, error) {
 // otherwise open again every layer its changed files were last written in.
 func (v *View) blockSource(st *inodeState, blk uint64) (src source, layer string) {
 	if ref, ok := st.active[blk]; ok {
+		if ref.Home != "" {
+			// A snapshot's top layer, whose block dedup keeps in a layer
+			// below (the active layer of a sandbox has no Home).
+			return source{kind: srcSlot, off: ref.off(), size: ref.capBytes(), crcs: ref.CRCs, blk: blk}, ref.Home
+		}
 		src := source{kind: srcSlot, f: v.files[v.activeLayer()], off: ref.off(), size: ref.capBytes(), blk: blk}
 		if ref.sealed() {
 			src.crcs = ref.CRCs

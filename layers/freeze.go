@@ -567,7 +567,9 @@ func layerUsage(txn *badger.Txn, layer string) (Usage, error) {
 			return Usage{}, fmt.Errorf("block %q of layer %s: %w", k, layer, err)
 		}
 		u.Blocks++
-		u.Bytes += ref.capBytes()
+		if ref.Home == "" { // a block kept in another slot takes none of its own
+			u.Bytes += ref.capBytes()
+		}
 		if ino := k[len(prefix) : len(prefix)+8]; string(ino) != string(last) {
 			u.Files++
 			last = append(last[:0], ino...)
@@ -618,6 +620,9 @@ func (s *Store) OpenSnapshot(name, layer string) (*View, error) {
 		return nil, err
 	}
 	close(v.stopped)
+	s.mu.Lock()
+	s.snaps[v] = struct{}{}
+	s.mu.Unlock()
 	return v, nil
 }
 

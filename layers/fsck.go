@@ -197,16 +197,21 @@ func (s *Store) Fsck() (FsckReport, error) {
 		if !ok {
 			continue // an orphan, reported above
 		}
-		f, ok := files[b.layer]
+		dl := b.ref.dataLayer(b.layer)
+		if dl != b.layer && !below(layers, b.layer, dl) {
+			add(Problem{Kind: "record", Layer: b.layer, Ino: b.ino, Detail: fmt.Sprintf("block %d is kept in layer %s, which is not below it", b.blk, dl)})
+			continue
+		}
+		f, ok := files[dl]
 		if !ok {
 			var err error
-			f, err = os.Open(s.dataPath(b.layer))
+			f, err = os.Open(s.dataPath(dl))
 			if err != nil {
 				add(Problem{Kind: "checksum", Layer: b.layer, Ino: b.ino, Detail: "data file: " + err.Error()})
-				files[b.layer] = nil
+				files[dl] = nil
 				continue
 			}
-			files[b.layer] = f
+			files[dl] = f
 		}
 		if f == nil {
 			continue
@@ -284,11 +289,29 @@ func (s *Store) checkBlockLive(f *os.File, layer string, ino, blk uint64, ref bl
 		if !found {
 			return -1, nil
 		}
-		if now.Slot == ref.Slot && now.Pages == ref.Pages && slices.Equal(now.CRCs, ref.CRCs) {
+		if now.Slot == ref.Slot && now.Pages == ref.Pages && now.Home == ref.Home && slices.Equal(now.CRCs, ref.CRCs) {
 			return page, nil
+		}
+		if now.Home != ref.Home {
+			// A dedup pass moved it into another layer's slot, which that
+			// layer's own record has fsck check.
+			return -1, nil
 		}
 		ref = now
 	}
+}
+
+// below tells whether layer low is in the stack under layer id (layers
+// by id), following parents.
+func below(layers map[string]LayerInfo, id, low string) bool {
+	seen := map[string]bool{}
+	for l, ok := layers[id]; ok && l.Parent != "" && !seen[l.Parent]; l, ok = layers[l.Parent] {
+		if l.Parent == low {
+			return true
+		}
+		seen[l.Parent] = true
+	}
+	return false
 }
 
 // fsckMoves bounds how often checkBlockLive follows a block that keeps

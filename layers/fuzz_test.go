@@ -22,6 +22,7 @@ func FuzzCodec(f *testing.F) {
 	f.Add(encodeBlockRef(blockRef{Slot: 9, CRCs: []uint32{1, 2}, alloc: true}))
 	f.Add(encodeBlockRef(blockRef{Slot: 10, CRCs: []uint32{1, 2}}))
 	f.Add(encodeBlockRef(blockRef{Slot: 7, Pages: 3, CRCs: []uint32{1, 2, 3, 4}, alloc: true}))
+	f.Add(encodeBlockRef(blockRef{Slot: 7, Pages: 3, CRCs: []uint32{1, 2, 3, 4}, Home: "01M8EDPHR8GC56JNSYR0GN82YC"}))
 	f.Add([]byte{})
 	f.Add([]byte{inodeVersion, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {

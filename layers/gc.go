@@ -46,6 +46,21 @@ type GCResult struct {
 	Layers     []string `json:"layers"`
 	DataFiles  int      `json:"data_files"`
 	BytesFreed int64    `json:"bytes_freed"`
+	// Dedup is what a dedup pass after the collection did, when one ran
+	// (CollectGarbageDedup).
+	Dedup *DedupResult `json:"dedup,omitempty"`
+}
+
+// CollectGarbageDedup collects garbage, then runs a dedup pass (Dedup) over
+// what is left.
+func (s *Store) CollectGarbageDedup() (GCResult, error) {
+	res, err := s.CollectGarbage()
+	if err != nil {
+		return res, err
+	}
+	d, err := s.Dedup()
+	res.Dedup = &d
+	return res, err
 }
 
 // CollectGarbage removes every layer that no sandbox stack and no pinned

@@ -75,9 +75,12 @@ type Store struct {
 	lockf *os.File
 	seq   *inoSeq
 
-	mu     sync.Mutex // protects views and closed
+	mu     sync.Mutex // protects views, snaps and closed
 	views  map[string]*View
+	snaps  map[*View]struct{} // open snapshots (OpenSnapshot)
 	closed bool
+
+	dedupMu sync.Mutex // one dedup pass at a time (dedup.go)
 
 	deltas  deltaCache  // what frozen layers changed (LayerDelta)
 	keySets keySetCache // which keys frozen layers hold (View.lacks)
@@ -159,7 +162,7 @@ func Open(dir string) (*Store, error) {
 			os.Remove(filepath.Join(abs, "spare", e.Name()))
 		}
 	}
-	st := &Store{dir: abs, db: db, lockf: lockf, seq: seq, views: map[string]*View{}, vlogBytes: -1}
+	st := &Store{dir: abs, db: db, lockf: lockf, seq: seq, views: map[string]*View{}, snaps: map[*View]struct{}{}, vlogBytes: -1}
 	// What badger replayed from a log a crash left unflushed is not
 	// known to be durable: the first Sync flushes whatever the count says.
 	st.commits.Store(1)
@@ -568,7 +571,7 @@ func (s *Store) dropLayerData(id string) error {
 		}
 		return nil
 	}
-	for _, t := range []byte{tInode, tEntry, tBlock} {
+	for _, t := range []byte{tInode, tEntry, tBlock, tPunch} {
 		if err := step(t); err != nil {
 			return err
 		}

@@ -509,11 +509,13 @@ func (v *View) Close() error {
 	}
 	v.mu.Unlock()
 	v.base.close()
-	if !v.snapshot {
-		v.s.mu.Lock()
+	v.s.mu.Lock()
+	if v.snapshot {
+		delete(v.s.snaps, v)
+	} else {
 		delete(v.s.views, v.info.Name)
-		v.s.mu.Unlock()
 	}
+	v.s.mu.Unlock()
 	return err
 }
 
@@ -1674,7 +1676,7 @@ func (v *View) ensureBlocks(st *inodeState) error {
 					r := ref
 					active[blk] = &r
 				} else if _, ok := frozen[blk]; !ok && int64(blk) < cut/v.bs+boolInt(cut%v.bs != 0) {
-					frozen[blk] = frozenRef{layer: l, ref: ref}
+					frozen[blk] = frozenRef{layer: ref.dataLayer(l), ref: ref}
 				}
 			}
 			it.Close()

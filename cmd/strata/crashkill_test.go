@@ -477,7 +477,8 @@ func (ct *crashTest) controller(r *crashRun, c *control.Client, rng *rand.Rand) 
 			}
 		case "gc":
 			announce()
-			err = c.Call(control.OpGC, control.NameArgs{}, nil)
+			// Half the collections also dedup, so kills land in passes.
+			err = c.Call(control.OpGC, control.GCArgs{Dedup: rng.Intn(2) == 0}, nil)
 		case "verify":
 			announce()
 			var reps []control.VerifyReport

@@ -418,13 +418,17 @@ func (s *Server) archiveRestore(ctx context.Context, a IDArgs) (checkpoint.Rollb
 
 // gc collects the layers and data files nothing needs any more. Collection
 // is store-wide; a Name only has to name a sandbox.
-func (s *Server) gc(ctx context.Context, a NameArgs) (layers.GCResult, error) {
+func (s *Server) gc(ctx context.Context, a GCArgs) (layers.GCResult, error) {
 	if a.Name != "" {
 		if _, err := s.store.Sandbox(a.Name); err != nil {
 			return layers.GCResult{}, err
 		}
 	}
-	res, err := exclusive(s, func() (layers.GCResult, error) { return s.store.CollectGarbage() })
+	collect := s.store.CollectGarbage
+	if a.Dedup {
+		collect = s.store.CollectGarbageDedup
+	}
+	res, err := exclusive(s, collect)
 	if res.Layers == nil {
 		res.Layers = []string{}
 	}

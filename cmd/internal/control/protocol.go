@@ -63,6 +63,13 @@ type NameArgs struct {
 	Name string `json:"name"`
 }
 
+// GCArgs are the arguments of gc: Name, if set, must name a sandbox;
+// Dedup adds a dedup pass (layers.Store.Dedup).
+type GCArgs struct {
+	Name  string `json:"name"`
+	Dedup bool   `json:"dedup,omitempty"`
+}
+
 // MountArgs are the arguments of mount. Mountpoint must be absolute.
 type MountArgs struct {
 	Name       string `json:"name"`

@@ -1,0 +1,512 @@
+package layers
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+
+	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
+)
+
+// Content addressing of sealed blocks.
+//
+// A layer writes its blocks into its own data file, so the same content
+// written in two steps of an agent (a file restored by hand, a build
+// output made again, a copy) is stored once per layer. Dedup names every
+// block of the frozen layers by a SHA-256 of its slot and stores each
+// content once per stack: a block whose content a layer below it (or an
+// earlier block of its own layer) already holds, in a slot of the same
+// size, gets a record naming that layer and slot (blockRef.Home), and its
+// own slot is punched out of its data file.
+//
+// Only references downwards are made, so nothing needs counting: a layer
+// lives while any stack contains it, and every stack that contains a
+// layer contains the layers below it; frozen layers never change their
+// blocks. Contents are compared byte for byte before a record moves, so a
+// hash collision can only cost a missed dedup. The slots to punch are
+// recorded in the transaction that moves the records
+// (u/<layer>/<ino><blk> -> the old slot) and punched once that is
+// durable and every open view (mounts and snapshots) has been pointed at
+// the new slots, under its I/O lock, so that no reader still uses the
+// old one; a crash in between leaves them for the next pass.
+//
+//	u/<layer>/<ino be64><blk be64> -> uvarint slot, uvarint pages
+const tPunch = 'u'
+
+func keyPunch(layer string, ino, blk uint64) []byte {
+	k := binary.BigEndian.AppendUint64(prefixLayerTable(tPunch, layer), ino)
+	return binary.BigEndian.AppendUint64(k, blk)
+}
+
+// dedupHash names a block's content; tests replace it to make contents
+// collide.
+var dedupHash = func(b []byte) [32]byte { return sha256.Sum256(b) }
+
+// DedupResult says what a dedup pass did.
+type DedupResult struct {
+	// Blocks is how many block records now share a slot with the same
+	// content.
+	Blocks int `json:"blocks"`
+	// BytesFreed is the size of the slots given back to the file system.
+	BytesFreed int64 `json:"bytes_freed"`
+}
+
+// contentKey is what two interchangeable blocks share: their content and
+// the size of their slots.
+type contentKey struct {
+	sum   [32]byte
+	pages int
+}
+
+// slotLoc is a block's slot: the layer whose data file holds it.
+type slotLoc struct {
+	layer string
+	slot  uint64
+}
+
+// canonical is the block a content is kept in.
+type canonical struct {
+	slotLoc
+	ref blockRef
+	sum [32]byte
+}
+
+// blockMove is one record dedup moved: the block of ino at blk in layer,
+// from the slot old to ref's.
+type blockMove struct {
+	layer    string
+	ino, blk uint64
+	old      blockRef
+	ref      blockRef
+}
+
+// Dedup stores each content of the frozen layers' blocks once per stack
+// (see above). It reads every block of every frozen layer a stack
+// contains, so it is for an explicit pass (`strata gc --dedup`), not for
+// every checkpoint. It finishes the punches a crash interrupted first.
+func (s *Store) Dedup() (DedupResult, error) {
+	s.dedupMu.Lock()
+	defer s.dedupMu.Unlock()
+	var res DedupResult
+	left, err := s.finishPunches()
+	res.BytesFreed = left
+	if err != nil {
+		return res, fmt.Errorf("dedup: %w", err)
+	}
+	chains, states, referenced, err := s.dedupPlan()
+	if err != nil {
+		return res, fmt.Errorf("dedup: %w", err)
+	}
+	d := &deduper{s: s, states: states, referenced: referenced, canon: map[string][]canonical{}, files: map[string]*os.File{}}
+	defer d.close()
+	for _, chain := range chains {
+		index := map[contentKey]canonical{}
+		for i := len(chain) - 1; i >= 0; i-- {
+			if err := d.layer(chain[i], index); err != nil {
+				return res, fmt.Errorf("dedup: layer %s: %w", chain[i], err)
+			}
+		}
+	}
+	if d.moved == 0 {
+		return res, nil
+	}
+	freed, err := s.finishPunches()
+	res.Blocks, res.BytesFreed = d.moved, res.BytesFreed+freed
+	if err != nil {
+		return res, fmt.Errorf("dedup: %w", err)
+	}
+	return res, nil
+}
+
+// dedupPlan reads the stacks to go through (each top first), the state
+// of each layer in them, and the slots some record names as its Home
+// (which stay where they are).
+func (s *Store) dedupPlan() (chains [][]string, states map[string]string, referenced map[slotLoc]bool, err error) {
+	states = map[string]string{}
+	referenced = map[slotLoc]bool{}
+	err = s.view(func(txn *badger.Txn) error {
+		roots, err := stackRoots(txn)
+		if err != nil {
+			return err
+		}
+		for _, r := range roots {
+			infos, err := chainInfos(txn, r)
+			if err != nil {
+				return err
+			}
+			chains = append(chains, layerIDs(infos))
+			for _, l := range infos {
+				states[l.ID] = l.State
+			}
+		}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tBlock, '/'}, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			ref, err := decodeItem(it.Item(), decodeBlockRef)
+			if err != nil {
+				return fmt.Errorf("block %q: %w", it.Item().Key(), err)
+			}
+			if ref.Home != "" {
+				referenced[slotLoc{ref.Home, ref.Slot}] = true
+			}
+		}
+		return nil
+	})
+	return chains, states, referenced, err
+}
+
+// stackRoots lists the tops of every stack GC keeps: the sandboxes' heads
+// and the pinned layers.
+func stackRoots(txn *badger.Txn) ([]string, error) {
+	var roots []string
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
+	for it.Rewind(); it.Valid(); it.Next() {
+		var info SandboxInfo
+		if err := it.Item().Value(func(b []byte) error { return jsonUnmarshal(b, &info) }); err != nil {
+			it.Close()
+			return nil, err
+		}
+		roots = append(roots, info.Head)
+	}
+	it.Close()
+	it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tPin, '/'}})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		rest := it.Item().Key()[2:]
+		if i := bytes.IndexByte(rest, '/'); i > 0 {
+			roots = append(roots, string(rest[:i]))
+		}
+	}
+	sort.Strings(roots)
+	return slices.Compact(roots), nil
+}
+
+// deduper is one pass.
+type deduper struct {
+	s          *Store
+	states     map[string]string
+	referenced map[slotLoc]bool
+	// canon lists, for each layer gone through, the blocks that keep
+	// their content, so that a layer shared by several stacks is read
+	// once.
+	canon map[string][]canonical
+	files map[string]*os.File
+	moved int
+}
+
+func (d *deduper) close() {
+	for _, f := range d.files {
+		f.Close()
+	}
+}
+
+func (d *deduper) file(layer string) (*os.File, error) {
+	if f, ok := d.files[layer]; ok {
+		return f, nil
+	}
+	f, err := os.Open(d.s.dataPath(layer))
+	if err != nil {
+		return nil, err
+	}
+	d.files[layer] = f
+	return f, nil
+}
+
+// read reads the slot of ref in layer's data file into buf.
+func (d *deduper) read(layer string, ref blockRef, buf []byte) ([]byte, error) {
+	f, err := d.file(layer)
+	if err != nil {
+		return nil, err
+	}
+	b := buf[:ref.capBytes()]
+	if err := readFull(f, b, ref.off()); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// layer adds the blocks of layer that keep their content to index, and
+// moves those whose content index already holds.
+func (d *deduper) layer(id string, index map[contentKey]canonical) error {
+	if d.states[id] == StateActive {
+		return nil // still written: its blocks are not sealed for good
+	}
+	if kept, ok := d.canon[id]; ok {
+		for _, c := range kept {
+			index[contentKey{c.sum, c.ref.capPages()}] = c
+		}
+		return nil
+	}
+	type rec struct {
+		ino, blk uint64
+		ref      blockRef
+	}
+	var recs []rec
+	err := d.s.view(func(txn *badger.Txn) error {
+		prefix := prefixLayerTable(tBlock, id)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()
+			if len(k) != len(prefix)+17 {
+				return fmt.Errorf("block key %q: %w", k, ErrCorrupt)
+			}
+			ref, err := decodeItem(it.Item(), decodeBlockRef)
+			if err != nil {
+				return err
+			}
+			recs = append(recs, rec{beUint64(k[len(prefix):]), beUint64(k[len(prefix)+9:]), ref})
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var kept []canonical
+	var moves []blockMove
+	var ours, theirs []byte
+	for _, r := range recs {
+		if r.ref.Home != "" {
+			continue // its content is kept elsewhere
+		}
+		if ours == nil || int64(cap(ours)) < r.ref.capBytes() {
+			ours, theirs = make([]byte, r.ref.capBytes()), make([]byte, r.ref.capBytes())
+		}
+		b, err := d.read(id, r.ref, ours)
+		if err != nil {
+			return err
+		}
+		key := contentKey{dedupHash(b), r.ref.capPages()}
+		c, ok := index[key]
+		if ok && !d.referenced[slotLoc{id, r.ref.Slot}] {
+			t, err := d.read(c.layer, c.ref, theirs)
+			if err != nil {
+				return err
+			}
+			if bytes.Equal(b, t) && slices.Equal(r.ref.CRCs, c.ref.CRCs) {
+				nref := r.ref
+				nref.Slot, nref.Pages, nref.Home = c.ref.Slot, c.ref.Pages, c.layer
+				moves = append(moves, blockMove{layer: id, ino: r.ino, blk: r.blk, old: r.ref, ref: nref})
+				continue
+			}
+		}
+		if !ok {
+			c := canonical{slotLoc{id, r.ref.Slot}, r.ref, key.sum}
+			index[key] = c
+			kept = append(kept, c)
+		}
+	}
+	if err := d.s.commitMoves(moves); err != nil {
+		return err
+	}
+	d.moved += len(moves)
+	d.canon[id] = kept
+	return nil
+}
+
+// commitMoves moves the records of moves, each with its punch to come, in
+// transactions of up to dedupBatch records. A record that changed since
+// it was read (it cannot, short of another pass) is left as it is.
+func (s *Store) commitMoves(moves []blockMove) error {
+	return inBatches(moves, func(batch []blockMove) error {
+		return s.update(func(txn *badger.Txn) error {
+			for _, m := range batch {
+				key := keyBlock(m.layer, m.ino, m.blk)
+				item, err := txn.Get(key)
+				if err != nil {
+					if errors.Is(err, badger.ErrKeyNotFound) {
+						continue
+					}
+					return err
+				}
+				now, err := decodeItem(item, decodeBlockRef)
+				if err != nil {
+					return err
+				}
+				if !bytes.Equal(encodeBlockRef(now), encodeBlockRef(m.old)) {
+					continue
+				}
+				if err := txn.Set(key, encodeBlockRef(m.ref)); err != nil {
+					return err
+				}
+				v := binary.AppendUvarint(nil, m.old.Slot)
+				v = binary.AppendUvarint(v, uint64(m.old.capPages()))
+				if err := txn.Set(keyPunch(m.layer, m.ino, m.blk), v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// inBatches calls fn with items in runs of up to dedupBatch.
+func inBatches[T any](items []T, fn func(batch []T) error) error {
+	for len(items) > 0 {
+		n := min(len(items), dedupBatch)
+		if err := fn(items[:n]); err != nil {
+			return err
+		}
+		items = items[n:]
+	}
+	return nil
+}
+
+// dedupBatch is how many records one transaction of a pass moves.
+var dedupBatch = 1000
+
+// punchHook, when a test sets it, is called before each slot a pass
+// punches; an error it returns is that punch's.
+var punchHook func(layer string, slot, pages uint64) error
+
+// finishPunches punches the slots moved records left, once the moves are
+// durable and no open view reads them any more, and returns the bytes
+// given back.
+func (s *Store) finishPunches() (int64, error) {
+	type pending struct {
+		m         blockMove
+		slot, n   uint64
+		key       []byte
+		recordNow bool
+	}
+	var todo []pending
+	err := s.view(func(txn *badger.Txn) error {
+		prefix := []byte{tPunch, '/'}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().KeyCopy(nil)
+			rest := k[2:]
+			if len(rest) != 26+1+16 || rest[26] != '/' {
+				return fmt.Errorf("punch key %q: %w", k, ErrCorrupt)
+			}
+			p := pending{key: k}
+			p.m.layer, p.m.ino, p.m.blk = string(rest[:26]), beUint64(rest[27:]), beUint64(rest[35:])
+			val, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			dec := decoder{b: val}
+			p.slot, p.n = dec.uvarint(), dec.uvarint()
+			if dec.err != nil || len(dec.b) != 0 || p.n == 0 || p.n > maxSlotPages {
+				return fmt.Errorf("punch key %q: %w", k, ErrCorrupt)
+			}
+			if item, err := txn.Get(keyBlock(p.m.layer, p.m.ino, p.m.blk)); err == nil {
+				if p.m.ref, err = decodeItem(item, decodeBlockRef); err != nil {
+					return err
+				}
+				p.recordNow = p.m.ref.Home != ""
+			}
+			p.m.old = blockRef{Slot: p.slot}
+			todo = append(todo, p)
+		}
+		return nil
+	})
+	if err != nil || len(todo) == 0 {
+		return 0, err
+	}
+	// The moves are durable before their old slots go.
+	if err := s.Sync(); err != nil {
+		return 0, err
+	}
+	moves := make([]blockMove, 0, len(todo))
+	for _, p := range todo {
+		if p.recordNow {
+			moves = append(moves, p.m)
+		}
+	}
+	for _, v := range s.openViews() {
+		v.redirectCached(moves)
+	}
+	var freed int64
+	files := map[string]*os.File{}
+	defer func() {
+		for _, f := range files {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	for _, p := range todo {
+		f, ok := files[p.m.layer]
+		if !ok {
+			var err error
+			f, err = os.OpenFile(s.dataPath(p.m.layer), os.O_RDWR, 0)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				return freed, err
+			}
+			files[p.m.layer] = f // nil: the layer is gone with its file
+		}
+		if f != nil && p.recordNow {
+			if punchHook != nil {
+				if err := punchHook(p.m.layer, p.slot, p.n); err != nil {
+					return freed, err
+				}
+			}
+			if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(p.slot)*pageSize, int64(p.n)*pageSize); err != nil {
+				return freed, fmt.Errorf("punch layer %s: %w", p.m.layer, err)
+			}
+			freed += int64(p.n) * pageSize
+		}
+	}
+	err = inBatches(todo, func(batch []pending) error {
+		return s.update(func(txn *badger.Txn) error {
+			for _, p := range batch {
+				if err := txn.Delete(p.key); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	return freed, err
+}
+
+// maxSlotPages bounds a slot's pages in a punch record.
+const maxSlotPages = 1<<32 - 1
+
+// openViews lists the views open on this store: mounts and snapshots.
+func (s *Store) openViews() []*View {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*View, 0, len(s.views)+len(s.snaps))
+	for _, v := range s.views {
+		out = append(out, v)
+	}
+	for v := range s.snaps {
+		out = append(out, v)
+	}
+	return out
+}
+
+// redirectCached points the block maps v keeps at the slots dedup moved
+// blocks to, under the I/O lock: a reader holds it from resolving a slot
+// until it has read it, so once this returns none uses an old slot.
+func (v *View) redirectCached(moves []blockMove) {
+	v.ioMu.Lock()
+	defer v.ioMu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, m := range moves {
+		for _, st := range []*inodeState{v.inodes[m.ino], v.zombies[m.ino]} {
+			if st == nil {
+				continue
+			}
+			if fr, ok := st.frozen[m.blk]; ok && fr.layer == m.layer && fr.ref.Home == "" && fr.ref.Slot == m.old.Slot {
+				st.frozen[m.blk] = frozenRef{layer: m.ref.dataLayer(m.layer), ref: m.ref}
+			}
+			// A snapshot's top layer is frozen, but its view keeps it as
+			// the one it would write.
+			if ref, ok := st.active[m.blk]; ok && v.snapshot && len(v.stack) > 0 && v.stack[0] == m.layer && ref.Home == "" && ref.Slot == m.old.Slot {
+				r := m.ref
+				st.active[m.blk] = &r
+			}
+		}
+	}
+}
