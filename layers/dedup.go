@@ -37,7 +37,24 @@ import (
 // old one; a crash in between leaves them for the next pass.
 //
 //	u/<layer>/<ino be64><blk be64> -> uvarint slot, uvarint pages
-const tPunch = 'u'
+//
+// A layer a pass went through keeps the names of its blocks that stay in
+// their slots, and a mark, so that later passes read only the layers
+// frozen since (its blocks were checked against the layers below it,
+// which do not change):
+//
+//	h/<layer>/<ino be64><blk be64> -> the block's SHA-256
+//	H/<layer>/ -> nothing: the layer has been gone through
+const (
+	tPunch  = 'u'
+	tHash   = 'h'
+	tHashed = 'H'
+)
+
+func keyHash(layer string, ino, blk uint64) []byte {
+	k := binary.BigEndian.AppendUint64(prefixLayerTable(tHash, layer), ino)
+	return binary.BigEndian.AppendUint64(k, blk)
+}
 
 func keyPunch(layer string, ino, blk uint64) []byte {
 	k := binary.BigEndian.AppendUint64(prefixLayerTable(tPunch, layer), ino)
@@ -218,8 +235,14 @@ func (d *deduper) file(layer string) (*os.File, error) {
 	return f, nil
 }
 
+// dedupReadHook, when a test sets it, is told of every slot a pass reads.
+var dedupReadHook func(layer string, slot uint64)
+
 // read reads the slot of ref in layer's data file into buf.
 func (d *deduper) read(layer string, ref blockRef, buf []byte) ([]byte, error) {
+	if dedupReadHook != nil {
+		dedupReadHook(layer, ref.Slot)
+	}
 	f, err := d.file(layer)
 	if err != nil {
 		return nil, err
@@ -248,6 +271,9 @@ func (d *deduper) layer(id string, index map[contentKey]canonical) error {
 		ref      blockRef
 	}
 	var recs []rec
+	// The names a pass before kept (hashed: it went through the layer).
+	hashed := false
+	sums := map[[16]byte][32]byte{}
 	err := d.s.view(func(txn *badger.Txn) error {
 		prefix := prefixLayerTable(tBlock, id)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
@@ -263,6 +289,26 @@ func (d *deduper) layer(id string, index map[contentKey]canonical) error {
 			}
 			recs = append(recs, rec{beUint64(k[len(prefix):]), beUint64(k[len(prefix)+9:]), ref})
 		}
+		if _, err := txn.Get(prefixLayerTable(tHashed, id)); err != nil {
+			return nil
+		}
+		hashed = true
+		prefix = prefixLayerTable(tHash, id)
+		hit := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		defer hit.Close()
+		for hit.Rewind(); hit.Valid(); hit.Next() {
+			k := hit.Item().Key()
+			if len(k) != len(prefix)+16 || hit.Item().ValueSize() != 32 {
+				return fmt.Errorf("block name %q: %w", k, ErrCorrupt)
+			}
+			var bk [16]byte
+			var sum [32]byte
+			copy(bk[:], k[len(prefix):])
+			if _, err := hit.Item().ValueCopy(sum[:0]); err != nil {
+				return err
+			}
+			sums[bk] = sum
+		}
 		return nil
 	})
 	if err != nil {
@@ -270,21 +316,31 @@ func (d *deduper) layer(id string, index map[contentKey]canonical) error {
 	}
 	var kept []canonical
 	var moves []blockMove
+	stay := map[[16]byte][32]byte{}
 	var ours, theirs []byte
 	for _, r := range recs {
 		if r.ref.Home != "" {
 			continue // its content is kept elsewhere
 		}
+		var bk [16]byte
+		binary.BigEndian.PutUint64(bk[:], r.ino)
+		binary.BigEndian.PutUint64(bk[8:], r.blk)
 		if ours == nil || int64(cap(ours)) < r.ref.capBytes() {
 			ours, theirs = make([]byte, r.ref.capBytes()), make([]byte, r.ref.capBytes())
 		}
-		b, err := d.read(id, r.ref, ours)
-		if err != nil {
-			return err
+		sum, known := sums[bk]
+		var b []byte
+		if !known {
+			if b, err = d.read(id, r.ref, ours); err != nil {
+				return err
+			}
+			sum = dedupHash(b)
 		}
-		key := contentKey{dedupHash(b), r.ref.capPages()}
+		key := contentKey{sum, r.ref.capPages()}
 		c, ok := index[key]
-		if ok && !d.referenced[slotLoc{id, r.ref.Slot}] {
+		// A layer gone through before was checked against the same layers
+		// below: what could move, moved then.
+		if ok && !hashed && !d.referenced[slotLoc{id, r.ref.Slot}] {
 			t, err := d.read(c.layer, c.ref, theirs)
 			if err != nil {
 				return err
@@ -296,6 +352,7 @@ func (d *deduper) layer(id string, index map[contentKey]canonical) error {
 				continue
 			}
 		}
+		stay[bk] = sum
 		if !ok {
 			c := canonical{slotLoc{id, r.ref.Slot}, r.ref, key.sum}
 			index[key] = c
@@ -306,8 +363,37 @@ func (d *deduper) layer(id string, index map[contentKey]canonical) error {
 		return err
 	}
 	d.moved += len(moves)
+	if !hashed {
+		if err := d.s.keepNames(id, stay); err != nil {
+			return err
+		}
+	}
 	d.canon[id] = kept
 	return nil
+}
+
+// keepNames stores the names of layer's blocks that stay in their slots,
+// then the mark that the layer has been gone through.
+func (s *Store) keepNames(layer string, stay map[[16]byte][32]byte) error {
+	keys := make([][16]byte, 0, len(stay))
+	for bk := range stay {
+		keys = append(keys, bk)
+	}
+	err := inBatches(keys, func(batch [][16]byte) error {
+		return s.update(func(txn *badger.Txn) error {
+			for _, bk := range batch {
+				sum := stay[bk]
+				if err := txn.Set(keyHash(layer, beUint64(bk[:]), beUint64(bk[8:])), sum[:]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	return s.update(func(txn *badger.Txn) error { return txn.Set(prefixLayerTable(tHashed, layer), nil) })
 }
 
 // commitMoves moves the records of moves, each with its punch to come, in

@@ -464,6 +464,11 @@ func TestDedupDamage(t *testing.T) {
 		{"a stack whose bottom layer is gone", func(t *testing.T, f *dedupFiles) {
 			ok(t, "delete", f.e.store.update(func(txn *badger.Txn) error { return txn.Delete(keyLayer(f.l1)) }))
 		}, ErrNotFound},
+		{"a block name that is not a SHA-256", func(t *testing.T, f *dedupFiles) {
+			_, err := f.e.store.Dedup()
+			ok(t, "first pass", err)
+			corrupt(t, f.e.store, keyHash(f.l1, f.ino["a"], 0), []byte{1, 2, 3})
+		}, ErrCorrupt},
 		{"the metadata sync fails", func(t *testing.T, f *dedupFiles) {
 			syncLogHook = func(string) error { return syscall.EIO }
 			t.Cleanup(func() { syncLogHook = nil })
@@ -514,4 +519,55 @@ func TestCommitMovesLeavesChangedRecords(t *testing.T) {
 		t.Errorf("punched %d bytes for moves left out", freed)
 	}
 	f.check(t, f.v, "after")
+}
+
+// TestDedupReadsOnlyNewLayers: a layer a pass went through is not read
+// again; a later pass reads the layers frozen since, and the slots below
+// their blocks may move to; dropping a layer drops its names.
+func TestDedupReadsOnlyNewLayers(t *testing.T) {
+	f := newDedupFiles(t)
+	s := f.e.store
+	reads := map[string]int{}
+	dedupReadHook = func(layer string, _ uint64) { reads[layer]++ }
+	defer func() { dedupReadHook = nil }()
+	_, err := s.Dedup()
+	ok(t, "first dedup", err)
+	if reads[f.l1] == 0 || reads[f.l2] == 0 || reads[f.l3] == 0 {
+		t.Fatalf("first pass read %v, want every layer", reads)
+	}
+	clear(reads)
+	res, err := s.Dedup()
+	ok(t, "second dedup", err)
+	if len(reads) != 0 || res.Blocks != 0 {
+		t.Errorf("second pass: read %v, moved %d; want nothing", reads, res.Blocks)
+	}
+	// A new step writes a's content again, and something new.
+	mkfile(t, f.v, RootIno, "g", string(f.want["a"]))
+	f.want["g"] = f.want["a"]
+	mkfile(t, f.v, RootIno, "h", string(randBytes(11, dedupBS)))
+	f.want["h"] = randBytes(11, dedupBS)
+	l4 := freeze(t, s, f.e.name)
+	clear(reads)
+	res, err = s.Dedup()
+	ok(t, "third dedup", err)
+	// g's 3 blocks and h's 1 read; g's 3 candidates in l1 read to compare.
+	if res.Blocks != 3 || reads[l4] != 4 || reads[f.l1] != 3 || reads[f.l2] != 0 || reads[f.l3] != 0 {
+		t.Errorf("third pass: read %v, moved %d; want l4's 4 blocks, l1's 3 and 3 moves", reads, res.Blocks)
+	}
+	f.check(t, f.v, "after the third pass")
+	ok(t, "drop", s.dropLayerData(l4))
+	for _, tab := range []byte{tHash, tHashed} {
+		n := 0
+		ok(t, "count", s.view(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefixLayerTable(tab, l4)})
+			defer it.Close()
+			for it.Rewind(); it.Valid(); it.Next() {
+				n++
+			}
+			return nil
+		}))
+		if n != 0 {
+			t.Errorf("table %c of the dropped layer: %d keys left", tab, n)
+		}
+	}
 }

@@ -180,3 +180,45 @@ func TestSeekWithinABlock(t *testing.T) {
 	cases[5] = seekCase{"written zeros are a hole once sealed", f.Ino, 7 * pg, true, bs + 2*pg}
 	checkSeeks(t, v, cases)
 }
+
+// TestSeekOverHiddenAndZeroBlocks: a base file that vanished is reported
+// as gone; a frozen block a truncation hid is no data, however the walk
+// meets it; blocks sealed as zeros are holes, and
+// past seekSteps of them SEEK_DATA answers where it got to (data, which
+// lseek allows).
+func TestSeekOverHiddenAndZeroBlocks(t *testing.T) {
+	const bs = MinBlockSize
+	e := newEnv(t, bs, func(base string) {
+		put(t, filepath.Join(base, "k"), strings.Repeat("k", 6*bs))
+		put(t, filepath.Join(base, "gone"), "soon gone")
+	})
+	v := e.view()
+	k := lookup(t, v, RootIno, "k").Ino
+	gone := lookup(t, v, RootIno, "gone").Ino
+	ok(t, "remove from the base", os.Remove(filepath.Join(e.base, "gone")))
+	_, err := v.Seek(gone, 0, true)
+	wantErr(t, "seek in a base file that vanished", err, ErrNotFound)
+	_, err = v.WriteAt(k, []byte("K"), 4*bs, false)
+	ok(t, "write", err)
+	z := mkfile(t, v, RootIno, "z", strings.Repeat("\x00", 10*bs)+"x").Ino
+	ok(t, "close", v.Close())
+	freeze(t, e.store, "sb")
+	v = e.view()
+	defer v.Close()
+	cut, grown := int64(bs), int64(6*bs)
+	_, err = v.SetAttr(k, SetAttrIn{Size: &cut})
+	ok(t, "cut", err)
+	_, err = v.SetAttr(k, SetAttrIn{Size: &grown})
+	ok(t, "grow", err)
+	checkSeeks(t, v, []seekCase{
+		{"no data past the cut, the hidden block included", k, bs, true, past},
+		{"no data from the hidden block", k, 4 * bs, true, past},
+		{"data after blocks sealed as zeros", z, 0, true, 10 * bs},
+	})
+	saved := seekSteps
+	seekSteps = 4
+	defer func() { seekSteps = saved }()
+	checkSeeks(t, v, []seekCase{
+		{"past seekSteps zero blocks SEEK_DATA stops", z, 0, true, 4 * bs},
+	})
+}

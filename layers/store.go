@@ -571,7 +571,7 @@ func (s *Store) dropLayerData(id string) error {
 		}
 		return nil
 	}
-	for _, t := range []byte{tInode, tEntry, tBlock, tPunch} {
+	for _, t := range []byte{tInode, tEntry, tBlock, tPunch, tHash, tHashed} {
 		if err := step(t); err != nil {
 			return err
 		}
