@@ -545,6 +545,7 @@ func startStressWorker(t *testing.T, i int, mnt, ref string, seed int64) *stress
 type stressCounts struct {
 	ops, barriers, compares, checkpoints, concCheckpoints, rollbacks, restores int
 	remounts, prunes, pruned, gcLayers, verifies, diffs, maxStack, sessions    int
+	dedups, deduped                                                            int
 	okOps, runOps                                                              map[string]int
 }
 
@@ -648,11 +649,21 @@ func TestStressRandomOpsCheckpointsRollbacks(t *testing.T) {
 			}
 			c.concCheckpoints++
 		case 1:
-			res, err := l.store.CollectGarbage()
+			// Half the collections also dedup, moving blocks under the
+			// workers and the mount's cached block maps.
+			collect := l.store.CollectGarbage
+			if rand.Intn(2) == 0 {
+				collect = l.store.CollectGarbageDedup
+			}
+			res, err := collect()
 			if err != nil {
 				t.Fatalf("concurrent gc: %v", err)
 			}
 			c.gcLayers += len(res.Layers)
+			if res.Dedup != nil {
+				c.dedups++
+				c.deduped += res.Dedup.Blocks
+			}
 		case 2:
 			if len(cpIDs) == 0 {
 				return
@@ -874,8 +885,8 @@ func TestStressRandomOpsCheckpointsRollbacks(t *testing.T) {
 	sort.Strings(kinds)
 	t.Logf("%d operations (%d succeeded, the rest failed alike on both sides) in %v (%.0f/s) by %d processes; succeeded/run by kind: %s",
 		c.ops, okTotal, took.Round(time.Millisecond), float64(c.ops)/took.Seconds(), workers, strings.Join(kinds, ", "))
-	t.Logf("%d barriers, %d tree comparisons, %d sandboxes in turn; checkpoints: %d at barriers, %d concurrent; %d rollbacks, %d archive restores, %d remounts; %d prunes removed %d checkpoints, gc removed %d layers; %d verifies, %d diffs; deepest stack %d layers; fsck: %d layers, %d blocks, 0 problems",
-		c.barriers, c.compares, c.sessions+1, c.checkpoints, c.concCheckpoints, c.rollbacks, c.restores, c.remounts, c.prunes, c.pruned, c.gcLayers, c.verifies, c.diffs, c.maxStack, rep.Layers, rep.Blocks)
+	t.Logf("%d barriers, %d tree comparisons, %d sandboxes in turn; checkpoints: %d at barriers, %d concurrent; %d rollbacks, %d archive restores, %d remounts; %d prunes removed %d checkpoints, gc removed %d layers; %d dedup passes kept %d blocks once; %d verifies, %d diffs; deepest stack %d layers; fsck: %d layers, %d blocks, 0 problems",
+		c.barriers, c.compares, c.sessions+1, c.checkpoints, c.concCheckpoints, c.rollbacks, c.restores, c.remounts, c.prunes, c.pruned, c.gcLayers, c.dedups, c.deduped, c.verifies, c.diffs, c.maxStack, rep.Layers, rep.Blocks)
 }
 
 // keptIDs is ids without those the model no longer keeps, in order.
