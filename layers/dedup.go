@@ -104,9 +104,10 @@ type blockMove struct {
 }
 
 // Dedup stores each content of the frozen layers' blocks once per stack
-// (see above). It reads every block of every frozen layer a stack
-// contains, so it is for an explicit pass (`strata gc --dedup`), not for
-// every checkpoint. It finishes the punches a crash interrupted first.
+// (see above). It reads the data of the frozen layers no pass went through
+// yet and the records of every block, so it is for an explicit pass
+// (`strata gc --dedup`), not for every checkpoint. It finishes the punches
+// a crash interrupted first.
 func (s *Store) Dedup() (DedupResult, error) {
 	s.dedupMu.Lock()
 	defer s.dedupMu.Unlock()
