@@ -149,6 +149,9 @@ type LayerReport struct {
 	Files      int    `json:"files"`
 	Blocks     int64  `json:"blocks"`
 	Bytes      int64  `json:"bytes"`
+	// Shared counts the blocks whose content a layer below keeps (gc
+	// --dedup); Bytes leaves them out.
+	Shared int64 `json:"shared_blocks"`
 }
 
 // Layers reports the layers of a sandbox (with archived ones on request).
@@ -185,7 +188,7 @@ func (m *Manager) report(l layers.LayerInfo) (LayerReport, error) {
 	if err != nil {
 		return LayerReport{}, err
 	}
-	r := LayerReport{LayerInfo: l, Files: u.Files, Blocks: u.Blocks, Bytes: u.Bytes}
+	r := LayerReport{LayerInfo: l, Files: u.Files, Blocks: u.Blocks, Bytes: u.Bytes, Shared: u.Shared}
 	_ = m.store.View(func(tx *layers.Txn) error {
 		if id, err := tx.Get(keyLayerCP(l.ID)); err == nil {
 			r.Checkpoint = string(id)

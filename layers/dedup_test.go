@@ -144,11 +144,15 @@ func TestDedupKeepsContentOnce(t *testing.T) {
 			t.Errorf("layer %s: %d bytes given back, want %d", l, got, freed)
 		}
 	}
-	for l, want := range map[string]int64{f.l1: 3 * dedupBS, f.l2: 3 * dedupBS, f.l3: 0} {
+	for l, want := range map[string]Usage{
+		f.l1: {Blocks: 3, Files: 1, Bytes: 3 * dedupBS},
+		f.l2: {Blocks: 7, Files: 3, Bytes: 3 * dedupBS, Shared: 4},
+		f.l3: {Blocks: 6, Files: 2, Shared: 6},
+	} {
 		u, err := s.LayerUsage(l)
 		ok(t, "usage", err)
-		if u.Bytes != want {
-			t.Errorf("layer %s: usage %d bytes, want %d", l, u.Bytes, want)
+		if u != want {
+			t.Errorf("layer %s: usage %+v, want %+v", l, u, want)
 		}
 	}
 	fsckClean(t, s)

@@ -534,6 +534,9 @@ type Usage struct {
 	Blocks int64
 	Files  int
 	Bytes  int64
+	// Shared is how many of Blocks a layer below keeps the content of
+	// (a dedup pass moved them): they take no bytes here.
+	Shared int64
 }
 
 // LayerUsage counts what a layer holds (Usage).
@@ -567,8 +570,10 @@ func layerUsage(txn *badger.Txn, layer string) (Usage, error) {
 			return Usage{}, fmt.Errorf("block %q of layer %s: %w", k, layer, err)
 		}
 		u.Blocks++
-		if ref.Home == "" { // a block kept in another slot takes none of its own
+		if ref.Home == "" {
 			u.Bytes += ref.capBytes()
+		} else {
+			u.Shared++ // kept in another slot: none of its own
 		}
 		if ino := k[len(prefix) : len(prefix)+8]; string(ino) != string(last) {
 			u.Files++

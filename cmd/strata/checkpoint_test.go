@@ -698,6 +698,14 @@ func TestGCDedup(t *testing.T) {
 	if out := e.ok("gc", "--dedup"); !strings.Contains(out, "dedup: 0 blocks kept once") {
 		t.Errorf("second gc --dedup: %q", out)
 	}
+	var ls []checkpoint.LayerReport
+	e.okJSON(&ls, "layers", "list", "demo")
+	if len(ls) < 2 || ls[1].Shared != 32 || ls[1].Bytes != 0 {
+		t.Errorf("layers list after gc --dedup: %+v, want the second checkpoint's layer with 32 shared blocks and no bytes", ls)
+	}
+	if out := e.ok("layers", "inspect", ls[1].ID); !strings.Contains(out, "32 (kept by a layer below)") {
+		t.Errorf("layers inspect after gc --dedup: %q", out)
+	}
 	for _, n := range []string{"a.bin", "b.bin", "c.bin"} {
 		if got := readFile(t, filepath.Join(e.mnt, n)); got != string(data) {
 			t.Errorf("%s after gc --dedup differs", n)

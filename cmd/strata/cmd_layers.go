@@ -84,6 +84,7 @@ func runLayersInspect(g *globals, id string) error {
 		{"created", formatTime(l.Created)},
 		{"files", strconv.Itoa(l.Files)},
 		{"blocks", strconv.FormatInt(l.Blocks, 10)},
+		{"shared blocks", fmt.Sprintf("%d (kept by a layer below)", l.Shared)},
 		{"size", fmt.Sprintf("%s (%d bytes)", humanSize(l.Bytes), l.Bytes)},
 	}
 	return table(g.stdout, []string{"LAYER", l.ID}, rows)
