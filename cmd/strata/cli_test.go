@@ -492,3 +492,23 @@ func (e *env) mountedServer(name string) control.Status {
 	}
 	return st
 }
+
+// TestRetentionEnv: a bad STRATA_RETENTION_EVERY fails the mount with one
+// line naming it, and mounts nothing; off and a duration are taken.
+func TestRetentionEnv(t *testing.T) {
+	e := newEnv(t)
+	e.ok("sandbox", "create", "demo", "--base", e.base)
+	t.Setenv("STRATA_RETENTION_EVERY", "soon")
+	r := e.run("mount", "demo", e.mnt)
+	if r.code != 2 || !strings.Contains(r.stderr, "STRATA_RETENTION_EVERY") || strings.Count(strings.TrimSpace(r.stderr), "\n") > 1 {
+		t.Errorf("mount with a bad retention: exit %d, stderr %q; want exit 2 and a line naming the variable", r.code, r.stderr)
+	}
+	if e.isMounted(e.mnt) {
+		t.Fatal("mounted despite the bad value")
+	}
+	for _, v := range []string{"off", "24h"} {
+		t.Setenv("STRATA_RETENTION_EVERY", v)
+		e.ok("mount", "demo", e.mnt)
+		e.ok("unmount", "demo")
+	}
+}

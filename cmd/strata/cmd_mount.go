@@ -19,6 +19,7 @@ type mountOptions struct {
 	name       string
 	mountpoint string
 	foreground bool
+	retention  time.Duration // how often the server applies the retention policy
 	readOnly   bool
 	allowOther bool
 	noExec     bool
@@ -43,11 +44,24 @@ Without --foreground the mount is served by the store's background server
 server exits when its last mount goes away. With --foreground this process
 serves the mount until SIGINT, SIGTERM or ` + "`strata unmount`" + `.
 
+The serving process applies the default retention policy (the last 100
+checkpoints and those of the last 7 days stay, as with ` + "`strata checkpoint prune`" + `)
+to the sandboxes it serves, a minute after it starts and then every hour;
+STRATA_RETENTION_EVERY in the environment sets how often (30m, 24h) or
+turns it off (off).
+
 mount(8) and /etc/fstab mount sandboxes too, as file system type
 fuse.strata (see ` + "`strata help mount-helper`" + `).`,
 		Args: exactArgs("NAME", "MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.name, o.mountpoint = args[0], args[1]
+			// Checked here, not only by the server it may start, so
+			// that a bad value fails the mount with a clear line.
+			every, err := retentionEvery()
+			if err != nil {
+				return usageErrorf(cmd, "%v", err)
+			}
+			o.retention = every
 			if o.foreground {
 				return runMountForeground(g, o)
 			}
@@ -173,7 +187,7 @@ func runMountForeground(g *globals, o *mountOptions) error {
 			lg.Printf("detached the dead mount of %s at %s", m.Sandbox, m.Mountpoint)
 		}
 	}
-	srv := control.NewServer(st, control.Options{ExitWhenIdle: true})
+	srv := control.NewServer(st, control.Options{ExitWhenIdle: true, Retention: o.retention})
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)

@@ -21,6 +21,32 @@ const serveCommandName = "__serve"
 // mount before it exits.
 const serveIdleGrace = 30 * time.Second
 
+// retentionEnv says how often a server applies the default retention
+// policy (the last 100 checkpoints and those of the last 7 days) to the
+// sandboxes it serves: a duration such as 30m or 24h, or off. A background
+// server takes it from the environment of the `strata mount` that starts
+// it.
+const retentionEnv = "STRATA_RETENTION_EVERY"
+
+// defaultRetention is how often when retentionEnv is not set.
+const defaultRetention = time.Hour
+
+// retentionEvery reads retentionEnv: 0 for off.
+func retentionEvery() (time.Duration, error) {
+	v := os.Getenv(retentionEnv)
+	switch v {
+	case "":
+		return defaultRetention, nil
+	case "0", "off":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s=%q: want a duration such as 1h or 24h, or off: %w", retentionEnv, v, layers.ErrInvalid)
+	}
+	return d, nil
+}
+
 func newServeCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:    serveCommandName,
@@ -40,6 +66,11 @@ func runServe(g *globals) error {
 	if stop := startProfile(lg); stop != nil {
 		defer stop()
 	}
+	every, err := retentionEvery()
+	if err != nil {
+		lg.Printf("%v", err)
+		return fail("serve", err, "")
+	}
 	signal.Ignore(syscall.SIGHUP)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -57,7 +88,7 @@ func runServe(g *globals) error {
 			lg.Printf("detached the dead mount of %s at %s", m.Sandbox, m.Mountpoint)
 		}
 	}
-	srv := control.NewServer(st, control.Options{ExitWhenIdle: true, IdleGrace: serveIdleGrace, Logger: lg})
+	srv := control.NewServer(st, control.Options{ExitWhenIdle: true, IdleGrace: serveIdleGrace, Logger: lg, Retention: every})
 	if err := srv.Listen(); err != nil {
 		lg.Printf("%v", err)
 		return fail("serve", err, "")

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/strata-sandbox/strata/checkpoint"
 	"github.com/strata-sandbox/strata/fs"
 	"github.com/strata-sandbox/strata/layers"
 )
@@ -53,6 +54,12 @@ type Options struct {
 	Logger *log.Logger
 	// FS are the options of every mount.
 	FS fs.Options
+	// Retention is how often a serving server applies RetentionPolicy to
+	// the sandboxes it serves (retention.go); zero: never.
+	Retention time.Duration
+	// RetentionPolicy is the policy Retention applies; zero:
+	// checkpoint.DefaultPolicy.
+	RetentionPolicy checkpoint.Policy
 }
 
 // Server owns an open store and serves its mounts. It runs ops in process
@@ -251,6 +258,9 @@ func (s *Server) Serve() error {
 	if s.opts.ExitWhenIdle && s.opts.IdleGrace > 0 {
 		t := time.AfterFunc(s.opts.IdleGrace, s.exitIfIdle)
 		defer t.Stop()
+	}
+	if s.opts.Retention > 0 {
+		go s.retentionLoop()
 	}
 	for {
 		c, err := ln.Accept()

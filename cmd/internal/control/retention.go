@@ -1,0 +1,53 @@
+package control
+
+import (
+	"time"
+
+	"github.com/strata-sandbox/strata/checkpoint"
+)
+
+// Retention: the process that serves a sandbox applies the retention
+// policy to it, so that an agent checkpointing before every decision does
+// not keep every checkpoint forever without anyone calling prune. The
+// policy (Options.RetentionPolicy; checkpoint.DefaultPolicy, the last 100
+// checkpoints and those of the last 7 days, unless set) is applied a
+// minute after the server starts serving (or Options.Retention, if
+// shorter) and then every Options.Retention, to each sandbox it serves,
+// under Exclusive, as `strata checkpoint prune` does: archives, forks and
+// the layers kept checkpoints stand on stay.
+
+// retentionFirst bounds the wait before the first application.
+const retentionFirst = time.Minute
+
+// retentionLoop applies the retention policy until the server is done.
+func (s *Server) retentionLoop() {
+	t := time.NewTimer(min(s.opts.Retention, retentionFirst))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		s.applyRetention()
+		t.Reset(s.opts.Retention)
+	}
+}
+
+// applyRetention prunes every sandbox the server serves by the policy.
+func (s *Server) applyRetention() {
+	for _, m := range s.Mounts() {
+		var res checkpoint.PruneResult
+		err := s.Exclusive(func() error {
+			var err error
+			res, err = s.checkpoints().Prune(m.Sandbox, s.opts.RetentionPolicy)
+			return err
+		})
+		switch {
+		case err != nil:
+			s.log.Printf("retention: %s: %v", m.Sandbox, err)
+		case len(res.Removed) > 0:
+			s.log.Printf("retention: %s: removed %d checkpoints, kept %d; gc removed %d layers", m.Sandbox, len(res.Removed), len(res.Kept), len(res.GC.Layers))
+		}
+	}
+}
