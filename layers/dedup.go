@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sort"
 
 	"github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
@@ -177,32 +176,6 @@ func (s *Store) dedupPlan() (chains [][]string, states map[string]string, refere
 		return nil
 	})
 	return chains, states, referenced, err
-}
-
-// stackRoots lists the tops of every stack GC keeps: the sandboxes' heads
-// and the pinned layers.
-func stackRoots(txn *badger.Txn) ([]string, error) {
-	var roots []string
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
-	for it.Rewind(); it.Valid(); it.Next() {
-		var info SandboxInfo
-		if err := it.Item().Value(func(b []byte) error { return jsonUnmarshal(b, &info) }); err != nil {
-			it.Close()
-			return nil, err
-		}
-		roots = append(roots, info.Head)
-	}
-	it.Close()
-	it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tPin, '/'}})
-	defer it.Close()
-	for it.Rewind(); it.Valid(); it.Next() {
-		rest := it.Item().Key()[2:]
-		if i := bytes.IndexByte(rest, '/'); i > 0 {
-			roots = append(roots, string(rest[:i]))
-		}
-	}
-	sort.Strings(roots)
-	return slices.Compact(roots), nil
 }
 
 // deduper is one pass.

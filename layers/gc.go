@@ -1,11 +1,13 @@
 package layers
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
+	"sort"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -63,6 +65,32 @@ func (s *Store) CollectGarbageDedup() (GCResult, error) {
 	return res, err
 }
 
+// stackRoots lists the tops of every stack GC keeps: the sandboxes' heads
+// and the pinned layers.
+func stackRoots(txn *badger.Txn) ([]string, error) {
+	var roots []string
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
+	for it.Rewind(); it.Valid(); it.Next() {
+		var info SandboxInfo
+		if err := it.Item().Value(func(b []byte) error { return jsonUnmarshal(b, &info) }); err != nil {
+			it.Close()
+			return nil, err
+		}
+		roots = append(roots, info.Head)
+	}
+	it.Close()
+	it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tPin, '/'}})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		rest := it.Item().Key()[2:]
+		if i := bytes.IndexByte(rest, '/'); i > 0 {
+			roots = append(roots, string(rest[:i]))
+		}
+	}
+	sort.Strings(roots)
+	return slices.Compact(roots), nil
+}
+
 // CollectGarbage removes every layer that no sandbox stack and no pinned
 // stack contains, and data files that belong to no layer. The layer
 // records go in one transaction, which also marks each layer as being
@@ -83,25 +111,10 @@ func (s *Store) CollectGarbage() (GCResult, error) {
 		it.Close()
 		pending := len(doomed)
 		live := map[string]bool{}
-		var roots []string
-		it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
-		for it.Rewind(); it.Valid(); it.Next() {
-			var info SandboxInfo
-			if err := it.Item().Value(func(b []byte) error { return jsonUnmarshal(b, &info) }); err != nil {
-				it.Close()
-				return err
-			}
-			roots = append(roots, info.Head)
+		roots, err := stackRoots(txn)
+		if err != nil {
+			return err
 		}
-		it.Close()
-		it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tPin, '/'}})
-		for it.Rewind(); it.Valid(); it.Next() {
-			rest := string(it.Item().Key()[2:])
-			if i := strings.IndexByte(rest, '/'); i > 0 {
-				roots = append(roots, rest[:i])
-			}
-		}
-		it.Close()
 		for _, r := range roots {
 			chain, err := chainOf(txn, r)
 			if err != nil {
