@@ -267,6 +267,17 @@ func TestViewACLs(t *testing.T) {
 	if get(d.Ino, XattrACLDefault) != nil {
 		t.Error("default ACL still there after its removal")
 	}
+	// A default ACL of the three base entries only hands down a mode: the
+	// access ACL it would give says no more than the mode, so the file
+	// gets none, as on ext4.
+	minimal := acl([3]uint32{aclUserObj, 7, noID}, [3]uint32{aclGroupObj, 5, noID}, [3]uint32{aclOther, 0, noID})
+	ok(t, "set a minimal default ACL", v.SetXattr(d.Ino, XattrACLDefault, minimal, 0))
+	plain2, err := v.Mknod(d.Ino, "plain2", syscall.S_IFREG|0o666, 0, masked)
+	ok(t, "mknod under a minimal default ACL", err)
+	if plain2.Mode&0o7777 != 0o640 || get(plain2.Ino, XattrACLAccess) != nil {
+		t.Errorf("file under a minimal default ACL: mode %o, ACL %v; want 640, none", plain2.Mode&0o7777, get(plain2.Ino, XattrACLAccess))
+	}
+	ok(t, "remove the minimal default ACL", v.SetXattr(d.Ino, XattrACLDefault, nil, 0))
 
 	// All of it is stored.
 	v = e.reopen(v)

@@ -310,6 +310,7 @@ func TestInjectFaultOnRecordReads(t *testing.T) {
 		{"blocks", l1, func() error {
 			return e.store.View(func(tx *Txn) error { _, err := tx.LayerUsage(l1); return err })
 		}},
+		{"compare", "sb", func() error { _, err := e.store.Compare("sb", "", l1, true); return err }},
 	}
 	for _, c := range cases {
 		t.Run(c.op, func(t *testing.T) {
