@@ -45,6 +45,7 @@ func TestFeatures(t *testing.T) {
 			initMountSteps(sc)
 			initFileSteps(sc)
 			initPlanSteps(sc)
+			initRetentionSteps(sc)
 		},
 		Options: &godog.Options{
 			Format:   "pretty",

@@ -46,9 +46,13 @@ func (r result) String() string {
 }
 
 // run runs strata against the scenario's store.
-func (w *world) run(args ...string) (result, error) {
+func (w *world) run(args ...string) (result, error) { return w.runEnv(nil, args...) }
+
+// runEnv runs strata against the scenario's store with env added to its
+// environment.
+func (w *world) runEnv(env []string, args ...string) (result, error) {
 	cmd := exec.Command(strataBin, args...)
-	cmd.Env = append(os.Environ(), "STRATA_STORE="+w.store)
+	cmd.Env = append(append(os.Environ(), "STRATA_STORE="+w.store), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
