@@ -1,6 +1,7 @@
 package control
 
 import (
+	"errors"
 	"time"
 
 	"github.com/strata-sandbox/strata/checkpoint"
@@ -15,6 +16,9 @@ import (
 // shorter) and then every Options.Retention, to each sandbox it serves,
 // under Exclusive, as `strata checkpoint prune` does: archives, forks and
 // the layers kept checkpoints stand on stay.
+
+// errShuttingDown stops a retention pass at a shutdown.
+var errShuttingDown = errors.New("shutting down")
 
 // retentionFirst bounds the wait before the first application.
 const retentionFirst = time.Minute
@@ -34,15 +38,24 @@ func (s *Server) retentionLoop() {
 	}
 }
 
-// applyRetention prunes every sandbox the server serves by the policy.
+// applyRetention prunes every sandbox the server serves by the policy; it
+// stops at a shutdown.
 func (s *Server) applyRetention() {
 	for _, m := range s.Mounts() {
 		var res checkpoint.PruneResult
 		err := s.Exclusive(func() error {
+			select {
+			case <-s.done:
+				return errShuttingDown
+			default:
+			}
 			var err error
 			res, err = s.checkpoints().Prune(m.Sandbox, s.opts.RetentionPolicy)
 			return err
 		})
+		if errors.Is(err, errShuttingDown) {
+			return
+		}
 		switch {
 		case err != nil:
 			s.log.Printf("retention: %s: %v", m.Sandbox, err)

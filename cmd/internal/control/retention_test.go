@@ -25,24 +25,7 @@ func TestRetentionPrunesServedSandboxes(t *testing.T) {
 		{"off", 0, 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			st, err := layers.Open(filepath.Join(dir, "store"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := NewServer(st, Options{Retention: c.every, RetentionPolicy: checkpoint.Policy{KeepLast: 2, KeepWithin: time.Hour}})
-			base, mnt := filepath.Join(dir, "base"), filepath.Join(dir, "mnt")
-			for _, d := range []string{base, mnt} {
-				if err := os.Mkdir(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := srv.Call(OpSandboxCreate, CreateArgs{Name: "s", Base: base}, nil); err != nil {
-				t.Fatal(err)
-			}
-			if err := srv.Call(OpMount, MountArgs{Name: "s", Mountpoint: mnt}, nil); err != nil {
-				t.Fatal(err)
-			}
+			srv, st, mnt := mountedServer(t, Options{Retention: c.every, RetentionPolicy: checkpoint.Policy{KeepLast: 2, KeepWithin: time.Hour}})
 			var ids []string
 			for i := range 5 {
 				if err := os.WriteFile(filepath.Join(mnt, "f"), []byte{byte(i)}, 0o644); err != nil {
@@ -118,4 +101,66 @@ func TestRetentionPrunesServedSandboxes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRetentionStopsWithTheServer: a server applying its policy every
+// millisecond, while checkpoints are made, shuts down cleanly and its
+// store closes. (Serve waits for the retention to stop before it returns,
+// so that its owner may close the store; the interleaving where that
+// matters, a pass entering after the mounts stopped, is too narrow for
+// this test to meet reliably.)
+func TestRetentionStopsWithTheServer(t *testing.T) {
+	for round := range 3 {
+		srv, st, _ := mountedServer(t, Options{Retention: time.Millisecond, RetentionPolicy: checkpoint.Policy{KeepLast: 1}})
+		if err := srv.Listen(); err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve() }()
+		for range 10 {
+			if err := srv.Call(OpCheckpointCreate, CheckpointCreateArgs{Sandbox: "s"}, nil); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		srv.Shutdown()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		if err := st.Close(); err != nil {
+			t.Errorf("close the store: %v", err)
+		}
+	}
+}
+
+// mountedServer opens a store in a temporary directory, makes a server of
+// it with o and has it mount sandbox "s" over an empty base; it returns
+// the server (not yet listening), the store and the mountpoint. The test's
+// end shuts the server down and closes the store, failed or not.
+func mountedServer(t *testing.T, o Options) (*Server, *layers.Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := layers.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(st, o)
+	// Whatever the test does, the mount goes and the store closes (both
+	// do nothing the second time).
+	t.Cleanup(func() {
+		srv.Shutdown()
+		st.Close()
+	})
+	base, mnt := filepath.Join(dir, "base"), filepath.Join(dir, "mnt")
+	for _, d := range []string{base, mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.Call(OpSandboxCreate, CreateArgs{Name: "s", Base: base}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Call(OpMount, MountArgs{Name: "s", Mountpoint: mnt}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return srv, st, mnt
 }

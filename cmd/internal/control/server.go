@@ -260,7 +260,13 @@ func (s *Server) Serve() error {
 		defer t.Stop()
 	}
 	if s.opts.Retention > 0 {
-		go s.retentionLoop()
+		// Waited for before Serve returns: its owner closes the store then.
+		retained := make(chan struct{})
+		go func() {
+			defer close(retained)
+			s.retentionLoop()
+		}()
+		defer func() { <-retained }()
 	}
 	for {
 		c, err := ln.Accept()
