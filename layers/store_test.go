@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -180,8 +182,27 @@ func TestCreateSandbox(t *testing.T) {
 	if want := []string{"b.2_x", "big", "sb"}; !sameStrings(got, want) {
 		t.Fatalf("Sandboxes: got %v, want %v", got, want)
 	}
-	if !ValidName("a-b.c_9") || ValidName(".hidden") {
-		t.Fatalf("ValidName: wrong answers")
+	for name, want := range map[string]bool{
+		"a-b.c_9": true, "A": true, "9": true, strings.Repeat("x", 64): true,
+		"": false, ".hidden": false, "-x": false, "_x": false, strings.Repeat("x", 65): false,
+		"a/b": false, "a b": false, "é": false, "a\x00": false, "a:b": false,
+	} {
+		if got := ValidName(name); got != want {
+			t.Errorf("ValidName(%q) = %v, want %v", name, got, want)
+		}
+	}
+	// The same answers as the regular expression it replaced.
+	re := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	rng := rand.New(rand.NewSource(1))
+	const alphabet = "aZ09._-/ \x00\n:é"
+	for range 20000 {
+		b := make([]byte, rng.Intn(68))
+		for i := range b {
+			b[i] = alphabet[rng.Intn(len(alphabet))]
+		}
+		if got, want := ValidName(string(b)), re.MatchString(string(b)); got != want {
+			t.Fatalf("ValidName(%q) = %v, the expression says %v", b, got, want)
+		}
 	}
 	_, err = s.Sandbox("nope")
 	wantErr(t, "Sandbox of a missing name", err, ErrNotFound)
