@@ -44,11 +44,23 @@ import (
 //
 //	h/<layer>/<ino be64><blk be64> -> the block's SHA-256
 //	H/<layer>/ -> nothing: the layer has been gone through
+//
+// The slots records keep their content in are listed by their layer, in
+// the transaction that moves the records, so that a pass knows them
+// without reading every record (a key left by a record since dropped
+// only keeps that slot where it is):
+//
+//	r/<layer>/<slot be64> -> nothing
 const (
 	tPunch  = 'u'
 	tHash   = 'h'
 	tHashed = 'H'
+	tKept   = 'r'
 )
+
+func keyKept(layer string, slot uint64) []byte {
+	return binary.BigEndian.AppendUint64(prefixLayerTable(tKept, layer), slot)
+}
 
 func keyHash(layer string, ino, blk uint64) []byte {
 	k := binary.BigEndian.AppendUint64(prefixLayerTable(tHash, layer), ino)
@@ -104,7 +116,7 @@ type blockMove struct {
 
 // Dedup stores each content of the frozen layers' blocks once per stack
 // (see above). It reads the data of the frozen layers no pass went through
-// yet and the records of every block, so it is for an explicit pass
+// yet, so it is for an explicit pass
 // (`strata gc --dedup`), not for every checkpoint. It finishes the punches
 // a crash interrupted first.
 func (s *Store) Dedup() (DedupResult, error) {
@@ -162,16 +174,14 @@ func (s *Store) dedupPlan() (chains [][]string, states map[string]string, refere
 				states[l.ID] = l.State
 			}
 		}
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tBlock, '/'}, PrefetchValues: true})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tKept, '/'}})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			ref, err := decodeItem(it.Item(), decodeBlockRef)
-			if err != nil {
-				return fmt.Errorf("block %q: %w", it.Item().Key(), err)
+			rest := it.Item().Key()[2:]
+			if len(rest) != 26+1+8 || rest[26] != '/' {
+				return fmt.Errorf("kept slot key %q: %w", it.Item().Key(), ErrCorrupt)
 			}
-			if ref.Home != "" {
-				referenced[slotLoc{ref.Home, ref.Slot}] = true
-			}
+			referenced[slotLoc{string(rest[:26]), beUint64(rest[27:])}] = true
 		}
 		return nil
 	})
@@ -398,6 +408,9 @@ func (s *Store) commitMoves(moves []blockMove) error {
 				v := binary.AppendUvarint(nil, m.old.Slot)
 				v = binary.AppendUvarint(v, uint64(m.old.capPages()))
 				if err := txn.Set(keyPunch(m.layer, m.ino, m.blk), v); err != nil {
+					return err
+				}
+				if err := txn.Set(keyKept(m.ref.Home, m.ref.Slot), nil); err != nil {
 					return err
 				}
 			}

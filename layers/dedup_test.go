@@ -226,12 +226,11 @@ func TestDedupLeavesActiveAndKeptSlots(t *testing.T) {
 	mk := func(name string) { mkfile(t, v, RootIno, name, string(data)); want[name] = data }
 	mk("x")
 	mk("y")
-	freeze(t, e.store, e.name)
 	mk("z")
-	l2 := freeze(t, e.store, e.name)
+	l1 := freeze(t, e.store, e.name)
 	mk("active")
 	// A first pass that names x, y and z apart, but y and z alike: z
-	// moves onto y's slot.
+	// moves onto y's slot, in the same layer.
 	old := dedupHash
 	calls := 0
 	dedupHash = func([]byte) [32]byte {
@@ -247,21 +246,26 @@ func TestDedupLeavesActiveAndKeptSlots(t *testing.T) {
 	if res.Blocks != 1 {
 		t.Fatalf("first dedup: %+v, want z's block", res)
 	}
+	// As if the pass had stopped after the move, before keeping the
+	// layer's names: the next one goes through l1 again.
+	for _, tab := range []byte{tHash, tHashed} {
+		ok(t, "forget the names", e.store.deletePrefix(prefixLayerTable(tab, l1)))
+	}
 	// Now y is x's content, but z keeps its content in y's slot.
 	res, err = e.store.Dedup()
 	ok(t, "second dedup", err)
 	if res.Blocks != 0 {
-		t.Errorf("second dedup: %+v, want nothing (y's slot is kept for z)", res)
+		t.Errorf("second dedup: %+v, want nothing (y's slot is kept for z; the active layer stays)", res)
 	}
 	for name, b := range want {
 		if got := content(t, v, lookup(t, v, RootIno, name).Ino); got != string(b) {
 			t.Errorf("%s reads wrong", name)
 		}
 	}
-	u, err := e.store.LayerUsage(l2)
+	u, err := e.store.LayerUsage(l1)
 	ok(t, "usage", err)
-	if u.Bytes != 0 {
-		t.Errorf("z's layer keeps %d bytes, want 0", u.Bytes)
+	if u.Bytes != 2*dedupBS || u.Shared != 1 {
+		t.Errorf("l1's usage %+v, want x's and y's slots and z shared", u)
 	}
 	v = e.reopen(v)
 	for name, b := range want {
@@ -461,6 +465,9 @@ func TestDedupDamage(t *testing.T) {
 		{"a punch of a block whose record does not decode", func(t *testing.T, f *dedupFiles) {
 			corrupt(t, f.e.store, keyPunch(f.l2, 99, 0), []byte{1, 1})
 			corrupt(t, f.e.store, keyBlock(f.l2, 99, 0), []byte{1})
+		}, ErrCorrupt},
+		{"a malformed kept slot key", func(t *testing.T, f *dedupFiles) {
+			corrupt(t, f.e.store, []byte("r/short"), nil)
 		}, ErrCorrupt},
 		{"a sandbox record that does not decode", func(t *testing.T, f *dedupFiles) {
 			corrupt(t, f.e.store, keySandbox("other"), []byte("{"))
