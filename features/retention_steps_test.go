@@ -2,12 +2,12 @@ package features
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/cucumber/godog"
 	"github.com/strata-sandbox/strata/checkpoint"
+	"github.com/strata-sandbox/strata/checkpoint/checkpointtest"
 	"github.com/strata-sandbox/strata/layers"
 )
 
@@ -36,24 +36,9 @@ func oldCheckpoints(ctx context.Context, sandbox string, n, old, days int) error
 		}
 		ids = append(ids, cp.ID)
 	}
-	when := time.Now().Add(-time.Duration(days) * 24 * time.Hour).UTC().Format(time.RFC3339Nano)
+	when := time.Now().Add(-time.Duration(days) * 24 * time.Hour)
 	for _, id := range ids[:old] {
-		err := st.Update(func(tx *layers.Txn) error {
-			b, err := tx.Get("x/cp/" + id)
-			if err != nil {
-				return err
-			}
-			var rec map[string]any
-			if err := json.Unmarshal(b, &rec); err != nil {
-				return err
-			}
-			rec["created"] = when
-			if b, err = json.Marshal(rec); err != nil {
-				return err
-			}
-			return tx.Set("x/cp/"+id, b)
-		})
-		if err != nil {
+		if err := checkpointtest.Backdate(st, id, when); err != nil {
 			return err
 		}
 	}

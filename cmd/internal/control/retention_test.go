@@ -1,13 +1,13 @@
 package control
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/strata-sandbox/strata/checkpoint"
+	"github.com/strata-sandbox/strata/checkpoint/checkpointtest"
 	"github.com/strata-sandbox/strata/layers"
 )
 
@@ -40,22 +40,7 @@ func TestRetentionPrunesServedSandboxes(t *testing.T) {
 			// The first four are two hours old: past the policy's hour,
 			// and only the last two stay by its count.
 			for _, id := range ids[:4] {
-				err := st.Update(func(tx *layers.Txn) error {
-					b, err := tx.Get("x/cp/" + id)
-					if err != nil {
-						return err
-					}
-					var rec map[string]any
-					if err := json.Unmarshal(b, &rec); err != nil {
-						return err
-					}
-					rec["created"] = time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339Nano)
-					if b, err = json.Marshal(rec); err != nil {
-						return err
-					}
-					return tx.Set("x/cp/"+id, b)
-				})
-				if err != nil {
+				if err := checkpointtest.Backdate(st, id, time.Now().Add(-2*time.Hour)); err != nil {
 					t.Fatal(err)
 				}
 			}
