@@ -443,8 +443,8 @@ var punchHook func(layer string, slot, pages uint64) error
 // given back.
 func (s *Store) finishPunches() (int64, error) {
 	type pending struct {
-		m         blockMove
-		slot, n   uint64
+		m         blockMove // m.old.Slot: the slot to punch
+		n         uint64    // its pages
 		key       []byte
 		recordNow bool
 	}
@@ -466,7 +466,7 @@ func (s *Store) finishPunches() (int64, error) {
 				return err
 			}
 			dec := decoder{b: val}
-			p.slot, p.n = dec.uvarint(), dec.uvarint()
+			p.m.old.Slot, p.n = dec.uvarint(), dec.uvarint()
 			if dec.err != nil || len(dec.b) != 0 || p.n == 0 || p.n > maxSlotPages {
 				return fmt.Errorf("punch key %q: %w", k, ErrCorrupt)
 			}
@@ -476,7 +476,6 @@ func (s *Store) finishPunches() (int64, error) {
 				}
 				p.recordNow = p.m.ref.Home != ""
 			}
-			p.m.old = blockRef{Slot: p.slot}
 			todo = append(todo, p)
 		}
 		return nil
@@ -518,11 +517,11 @@ func (s *Store) finishPunches() (int64, error) {
 		}
 		if f != nil && p.recordNow {
 			if punchHook != nil {
-				if err := punchHook(p.m.layer, p.slot, p.n); err != nil {
+				if err := punchHook(p.m.layer, p.m.old.Slot, p.n); err != nil {
 					return freed, err
 				}
 			}
-			if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(p.slot)*pageSize, int64(p.n)*pageSize); err != nil {
+			if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(p.m.old.Slot)*pageSize, int64(p.n)*pageSize); err != nil {
 				return freed, fmt.Errorf("punch layer %s: %w", p.m.layer, err)
 			}
 			freed += int64(p.n) * pageSize
