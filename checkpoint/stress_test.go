@@ -545,6 +545,7 @@ func startStressWorker(t *testing.T, i int, mnt, ref string, seed int64) *stress
 type stressCounts struct {
 	ops, barriers, compares, checkpoints, concCheckpoints, rollbacks, restores int
 	remounts, prunes, pruned, gcLayers, verifies, diffs, maxStack, sessions    int
+	hidden                                                                     int // block records GC dropped as hidden
 	dedups, deduped                                                            int
 	okOps, runOps                                                              map[string]int
 }
@@ -660,6 +661,7 @@ func TestStressRandomOpsCheckpointsRollbacks(t *testing.T) {
 				t.Fatalf("concurrent gc: %v", err)
 			}
 			c.gcLayers += len(res.Layers)
+			c.hidden += res.HiddenBlocks
 			if res.Dedup != nil {
 				c.dedups++
 				c.deduped += res.Dedup.Blocks
@@ -841,6 +843,7 @@ func TestStressRandomOpsCheckpointsRollbacks(t *testing.T) {
 				c.prunes++
 				c.pruned += len(res.Removed)
 				c.gcLayers += len(res.GC.Layers)
+				c.hidden += res.GC.HiddenBlocks
 				for _, id := range res.Removed {
 					delete(cps, id)
 				}
@@ -885,8 +888,8 @@ func TestStressRandomOpsCheckpointsRollbacks(t *testing.T) {
 	sort.Strings(kinds)
 	t.Logf("%d operations (%d succeeded, the rest failed alike on both sides) in %v (%.0f/s) by %d processes; succeeded/run by kind: %s",
 		c.ops, okTotal, took.Round(time.Millisecond), float64(c.ops)/took.Seconds(), workers, strings.Join(kinds, ", "))
-	t.Logf("%d barriers, %d tree comparisons, %d sandboxes in turn; checkpoints: %d at barriers, %d concurrent; %d rollbacks, %d archive restores, %d remounts; %d prunes removed %d checkpoints, gc removed %d layers; %d dedup passes kept %d blocks once; %d verifies, %d diffs; deepest stack %d layers; fsck: %d layers, %d blocks, 0 problems",
-		c.barriers, c.compares, c.sessions+1, c.checkpoints, c.concCheckpoints, c.rollbacks, c.restores, c.remounts, c.prunes, c.pruned, c.gcLayers, c.dedups, c.deduped, c.verifies, c.diffs, c.maxStack, rep.Layers, rep.Blocks)
+	t.Logf("%d barriers, %d tree comparisons, %d sandboxes in turn; checkpoints: %d at barriers, %d concurrent; %d rollbacks, %d archive restores, %d remounts; %d prunes removed %d checkpoints, gc removed %d layers and %d hidden blocks; %d dedup passes kept %d blocks once; %d verifies, %d diffs; deepest stack %d layers; fsck: %d layers, %d blocks, 0 problems",
+		c.barriers, c.compares, c.sessions+1, c.checkpoints, c.concCheckpoints, c.rollbacks, c.restores, c.remounts, c.prunes, c.pruned, c.gcLayers, c.hidden, c.dedups, c.deduped, c.verifies, c.diffs, c.maxStack, rep.Layers, rep.Blocks)
 }
 
 // keptIDs is ids without those the model no longer keeps, in order.

@@ -88,6 +88,21 @@ Feature: Checkpoints, live rollback and the archive
     When I remount the sandbox "work"
     Then "n.txt" in the mount contains "3"
 
+  Scenario: Pruning gives back the copies no kept checkpoint shows
+    When I write 256 KiB of random bytes to "big.bin" in the mount
+    And I create the checkpoint "c1" of "work"
+    And I write 256 KiB of random bytes to "big.bin" in the mount
+    And I create the checkpoint "c2" of "work"
+    And I write 256 KiB of random bytes to "big.bin" in the mount
+    And I create the checkpoint "c3" of "work"
+    And I prune "work" keeping the last 1 checkpoint
+    Then the collection gave back 8 hidden blocks, 512 KiB
+    And "big.bin" in the mount holds the bytes written last
+    And every checkpoint of "work" verifies
+    And fsck finds no problem
+    When I remount the sandbox "work"
+    Then "big.bin" in the mount holds the bytes written last
+
   Scenario: Fork a checkpoint into a new sandbox
     When I write "from work" to "shared.txt" in the mount
     And I create the checkpoint "fork-point" of "work"

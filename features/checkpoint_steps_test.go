@@ -23,11 +23,14 @@ type checkpointState struct {
 	rollback    rollbackJSON              // of the last rollback or restore
 	reader      *os.File                  // a file held open across a rollback
 	exportDir   string
-	gc          gcJSON // of the last collection
+	gc          gcJSON            // of the last collection
+	written     map[string][]byte // what the last random write put in each file
 }
 
 type gcJSON struct {
-	Dedup *struct {
+	HiddenBlocks int   `json:"hidden_blocks"`
+	BytesFreed   int64 `json:"bytes_freed"`
+	Dedup        *struct {
 		Blocks     int   `json:"blocks"`
 		BytesFreed int64 `json:"bytes_freed"`
 	} `json:"dedup"`
@@ -109,6 +112,8 @@ func initCheckpointSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^the collection kept (\d+) blocks once and freed (\d+) KiB$`, gcKept)
 	sc.Step(`^"([^"]*)" and "([^"]*)" in the mount hold the same bytes$`, sameBytes)
 	sc.Step(`^fsck finds no problem$`, fsckClean)
+	sc.Step(`^the collection gave back (\d+) hidden blocks, (\d+) KiB$`, gaveBack)
+	sc.Step(`^"([^"]*)" in the mount holds the bytes written last$`, holdsWrittenLast)
 }
 
 // okJSON runs strata --json and decodes what it prints into v.
@@ -347,8 +352,35 @@ func restoreArchive(ctx context.Context) error {
 }
 
 func prune(ctx context.Context, sandbox string, n int) error {
-	_, err := getWorld(ctx).ok("checkpoint", "prune", sandbox, "--keep-last", fmt.Sprint(n))
+	var r struct {
+		GC gcJSON `json:"gc"`
+	}
+	err := getWorld(ctx).okJSON(&r, "checkpoint", "prune", sandbox, "--keep-last", fmt.Sprint(n))
+	getCheckpoints(ctx).gc = r.GC
 	return err
+}
+
+func gaveBack(ctx context.Context, blocks, kib int) error {
+	g := getCheckpoints(ctx).gc
+	if g.HiddenBlocks != blocks || g.BytesFreed != int64(kib)<<10 {
+		return fmt.Errorf("the collection dropped %d hidden blocks and freed %d bytes, want %d blocks and %d KiB", g.HiddenBlocks, g.BytesFreed, blocks, kib)
+	}
+	return nil
+}
+
+func holdsWrittenLast(ctx context.Context, rel string) error {
+	want, ok := getCheckpoints(ctx).written[rel]
+	if !ok {
+		return fmt.Errorf("no random bytes were written to %s", rel)
+	}
+	got, err := os.ReadFile(getWorld(ctx).path(rel))
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("%s: %d bytes, not the %d written last", rel, len(got), len(want))
+	}
+	return nil
 }
 
 func fork(ctx context.Context, name, ref string) error {
@@ -403,6 +435,11 @@ func writeRandom(ctx context.Context, kib int, rel string) error {
 	if _, err := rand.Read(b); err != nil {
 		return err
 	}
+	st := getCheckpoints(ctx)
+	if st.written == nil {
+		st.written = map[string][]byte{}
+	}
+	st.written[rel] = b
 	return os.WriteFile(getWorld(ctx).path(rel), b, 0o644)
 }
 

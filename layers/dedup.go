@@ -2,12 +2,14 @@ package layers
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
@@ -443,10 +445,13 @@ var punchHook func(layer string, slot, pages uint64) error
 // given back.
 func (s *Store) finishPunches() (int64, error) {
 	type pending struct {
-		m         blockMove // m.old.Slot: the slot to punch
-		n         uint64    // its pages
-		key       []byte
-		recordNow bool
+		m   blockMove // m.old.Slot: the slot to punch
+		n   uint64    // its pages
+		key []byte
+		// moved: the record names its slot's new home (a dedup move);
+		// dropped: it is gone (hidden.go). Either way the old slot
+		// goes; otherwise the punch record is stale and only it goes.
+		moved, dropped bool
 	}
 	var todo []pending
 	err := s.view(func(txn *badger.Txn) error {
@@ -470,11 +475,17 @@ func (s *Store) finishPunches() (int64, error) {
 			if dec.err != nil || len(dec.b) != 0 || p.n == 0 || p.n > maxSlotPages {
 				return fmt.Errorf("punch key %q: %w", k, ErrCorrupt)
 			}
-			if item, err := txn.Get(keyBlock(p.m.layer, p.m.ino, p.m.blk)); err == nil {
+			item, err := txn.Get(keyBlock(p.m.layer, p.m.ino, p.m.blk))
+			switch {
+			case err == nil:
 				if p.m.ref, err = decodeItem(item, decodeBlockRef); err != nil {
 					return err
 				}
-				p.recordNow = p.m.ref.Home != ""
+				p.moved = p.m.ref.Home != ""
+			case errors.Is(err, badger.ErrKeyNotFound):
+				p.dropped = true
+			default:
+				return err
 			}
 			todo = append(todo, p)
 		}
@@ -488,46 +499,44 @@ func (s *Store) finishPunches() (int64, error) {
 		return 0, err
 	}
 	moves := make([]blockMove, 0, len(todo))
+	dropped := map[slotLoc]bool{}
 	for _, p := range todo {
-		if p.recordNow {
+		if p.moved {
 			moves = append(moves, p.m)
 		}
+		if p.dropped {
+			dropped[slotLoc{p.m.layer, p.m.old.Slot}] = true
+		}
 	}
+	// A slot whose record was dropped is read by no view: every stack
+	// above hides it, and files open views hold are left alone. Should
+	// a view still have it in its block map, it stays, and so does its
+	// punch record.
+	inUse := map[slotLoc]bool{}
 	for _, v := range s.openViews() {
 		v.redirectCached(moves)
+		v.slotsInUse(dropped, inUse)
 	}
-	var freed int64
-	files := map[string]*os.File{}
-	defer func() {
-		for _, f := range files {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}()
+	// Adjacent slots of a layer go in one punch: a file written again
+	// whole left them side by side, and a punch is a journaled change of
+	// the data file's extents.
+	var spans []punchSpan
 	for _, p := range todo {
-		f, ok := files[p.m.layer]
-		if !ok {
-			var err error
-			f, err = os.OpenFile(s.dataPath(p.m.layer), os.O_RDWR, 0)
-			if err != nil && !errors.Is(err, os.ErrNotExist) {
-				return freed, err
-			}
-			files[p.m.layer] = f // nil: the layer is gone with its file
-		}
-		if f != nil && p.recordNow {
-			if punchHook != nil {
-				if err := punchHook(p.m.layer, p.m.old.Slot, p.n); err != nil {
-					return freed, err
-				}
-			}
-			if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(p.m.old.Slot)*pageSize, int64(p.n)*pageSize); err != nil {
-				return freed, fmt.Errorf("punch layer %s: %w", p.m.layer, err)
-			}
-			freed += int64(p.n) * pageSize
+		if p.moved || p.dropped && !inUse[slotLoc{p.m.layer, p.m.old.Slot}] {
+			spans = append(spans, punchSpan{p.m.layer, p.m.old.Slot, p.n})
 		}
 	}
-	err = inBatches(todo, func(batch []pending) error {
+	freed, err := s.punchSpans(spans)
+	if err != nil {
+		return freed, err
+	}
+	done := todo[:0]
+	for _, p := range todo {
+		if !p.dropped || !inUse[slotLoc{p.m.layer, p.m.old.Slot}] {
+			done = append(done, p)
+		}
+	}
+	err = inBatches(done, func(batch []pending) error {
 		return s.update(func(txn *badger.Txn) error {
 			for _, p := range batch {
 				if err := txn.Delete(p.key); err != nil {
@@ -581,4 +590,95 @@ func (v *View) redirectCached(moves []blockMove) {
 			}
 		}
 	}
+}
+
+// slotsInUse adds to inUse the slots of dropped that v's block maps still
+// name.
+func (v *View) slotsInUse(dropped, inUse map[slotLoc]bool) {
+	if len(dropped) == 0 {
+		return
+	}
+	v.ioMu.Lock()
+	defer v.ioMu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, m := range []map[uint64]*inodeState{v.inodes, v.zombies, v.tmps} {
+		for _, st := range m {
+			for _, fr := range st.frozen {
+				if l := (slotLoc{fr.layer, fr.ref.Slot}); dropped[l] {
+					inUse[l] = true
+				}
+			}
+			if v.snapshot && len(v.stack) > 0 {
+				for _, ref := range st.active {
+					if l := (slotLoc{ref.dataLayer(v.stack[0]), ref.Slot}); dropped[l] {
+						inUse[l] = true
+					}
+				}
+			}
+		}
+	}
+}
+
+// punchSpan is pages pages of a layer's data file from slot on.
+type punchSpan struct {
+	layer       string
+	slot, pages uint64
+}
+
+// punchSpans punches spans out of their layers' data files, joining
+// adjacent ones, and returns the bytes given back. A layer whose data file
+// is gone (dropped) is skipped.
+func (s *Store) punchSpans(spans []punchSpan) (int64, error) {
+	slices.SortFunc(spans, func(a, b punchSpan) int {
+		if a.layer != b.layer {
+			return strings.Compare(a.layer, b.layer)
+		}
+		return cmp.Compare(a.slot, b.slot)
+	})
+	var joined []punchSpan
+	for _, sp := range spans {
+		if n := len(joined); n > 0 && joined[n-1].layer == sp.layer && joined[n-1].slot+joined[n-1].pages >= sp.slot {
+			joined[n-1].pages = max(joined[n-1].pages, sp.slot+sp.pages-joined[n-1].slot)
+			continue
+		}
+		joined = append(joined, sp)
+	}
+	var freed int64
+	var f *os.File
+	layer := ""
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	for _, sp := range joined {
+		if sp.layer != layer || layer == "" {
+			if f != nil {
+				f.Close()
+			}
+			layer = sp.layer
+			var err error
+			f, err = os.OpenFile(s.dataPath(sp.layer), os.O_RDWR, 0)
+			if err != nil {
+				f = nil // nil: the layer is gone with its file
+				if !errors.Is(err, os.ErrNotExist) {
+					return freed, err
+				}
+			}
+		}
+		if f == nil {
+			continue
+		}
+		if punchHook != nil {
+			if err := punchHook(sp.layer, sp.slot, sp.pages); err != nil {
+				return freed, err
+			}
+		}
+		if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(sp.slot)*pageSize, int64(sp.pages)*pageSize); err != nil {
+			return freed, fmt.Errorf("punch layer %s: %w", sp.layer, err)
+		}
+		freed += int64(sp.pages) * pageSize
+	}
+	return freed, nil
 }

@@ -48,6 +48,10 @@ type GCResult struct {
 	Layers     []string `json:"layers"`
 	DataFiles  int      `json:"data_files"`
 	BytesFreed int64    `json:"bytes_freed"`
+	// HiddenBlocks is how many block records of layers no pin names the
+	// collection dropped because every stack above hides them
+	// (hidden.go); their slots are in BytesFreed.
+	HiddenBlocks int `json:"hidden_blocks"`
 	// Dedup is what a dedup pass after the collection did, when one ran
 	// (CollectGarbageDedup).
 	Dedup *DedupResult `json:"dedup,omitempty"`
@@ -68,15 +72,23 @@ func (s *Store) CollectGarbageDedup() (GCResult, error) {
 // stackRoots lists the tops of every stack GC keeps: the sandboxes' heads
 // and the pinned layers.
 func stackRoots(txn *badger.Txn) ([]string, error) {
+	roots, _, err := stackRootsAndSandboxes(txn)
+	return roots, err
+}
+
+// stackRootsAndSandboxes is stackRoots with the sandboxes' records.
+func stackRootsAndSandboxes(txn *badger.Txn) ([]string, []SandboxInfo, error) {
 	var roots []string
+	var sbs []SandboxInfo
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
 	for it.Rewind(); it.Valid(); it.Next() {
 		var info SandboxInfo
 		if err := it.Item().Value(func(b []byte) error { return jsonUnmarshal(b, &info) }); err != nil {
 			it.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		roots = append(roots, info.Head)
+		sbs = append(sbs, info)
 	}
 	it.Close()
 	it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tPin, '/'}})
@@ -88,11 +100,75 @@ func stackRoots(txn *badger.Txn) ([]string, error) {
 		}
 	}
 	sort.Strings(roots)
-	return slices.Compact(roots), nil
+	return slices.Compact(roots), sbs, nil
+}
+
+// layerTree reads every layer record, keyed by id: the tree collections
+// walk, read once instead of a chain per root (a sandbox with a hundred
+// kept checkpoints 1,000 layers deep has 100,000 links in its chains).
+//
+// A record that does not decode is there with only its id, and liveTree
+// fails when a stack needs it; otherwise it is a layer no stack contains,
+// as before.
+func layerTree(txn *badger.Txn) (map[string]LayerInfo, error) {
+	all := map[string]LayerInfo{}
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tLayer, '/'}, PrefetchValues: true})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		id := string(it.Item().Key()[2:])
+		var l LayerInfo
+		err := it.Item().Value(func(b []byte) error { return jsonUnmarshal(b, &l) })
+		if errors.Is(err, ErrCorrupt) {
+			all[id] = LayerInfo{ID: id, State: badLayer}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("layer %s: %w", id, err)
+		}
+		all[id] = l
+	}
+	return all, nil
+}
+
+// badLayer marks, in layerTree, a layer whose record does not decode.
+const badLayer = "\x00bad"
+
+// liveTree lists the layers of the stacks topped by roots and, for each,
+// its children in those stacks. A missing layer or a parent cycle fails
+// it: a collection must not guess.
+func liveTree(all map[string]LayerInfo, roots []string) (live map[string]bool, children map[string]map[string]bool, err error) {
+	live = map[string]bool{}
+	children = map[string]map[string]bool{}
+	walk := map[string]int{} // the walk that marked each layer
+	for w, r := range roots {
+		for id, child := r, ""; id != ""; id, child = all[id].Parent, id {
+			if l, ok := all[id]; !ok {
+				return nil, nil, fmt.Errorf("layer %s: %w", id, ErrNotFound)
+			} else if l.State == badLayer {
+				return nil, nil, fmt.Errorf("layer %s: record does not decode: %w", id, ErrCorrupt)
+			}
+			if child != "" {
+				if children[id] == nil {
+					children[id] = map[string]bool{}
+				}
+				children[id][child] = true
+			}
+			if live[id] {
+				if walk[id] == w {
+					return nil, nil, fmt.Errorf("layer %s: parent cycle: %w", id, ErrCorrupt)
+				}
+				break // the rest of the chain is marked
+			}
+			live[id], walk[id] = true, w
+		}
+	}
+	return live, children, nil
 }
 
 // CollectGarbage removes every layer that no sandbox stack and no pinned
-// stack contains, and data files that belong to no layer. The layer
+// stack contains, and data files that belong to no layer, then the blocks
+// of the layers no pin names that every stack above them hides
+// (hidden.go). The layer
 // records go in one transaction, which also marks each layer as being
 // dropped; its tables (in batches, which a crash can interrupt) and its
 // data file go after it, and the mark last. So a crash in between leaves
@@ -110,28 +186,24 @@ func (s *Store) CollectGarbage() (GCResult, error) {
 		}
 		it.Close()
 		pending := len(doomed)
-		live := map[string]bool{}
 		roots, err := stackRoots(txn)
 		if err != nil {
 			return err
 		}
-		for _, r := range roots {
-			chain, err := chainOf(txn, r)
-			if err != nil {
-				return err
-			}
-			for _, id := range chain {
-				live[id] = true
-			}
+		all, err := layerTree(txn)
+		if err != nil {
+			return err
 		}
-		it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tLayer, '/'}})
-		for it.Rewind(); it.Valid(); it.Next() {
-			id := string(it.Item().Key()[2:])
+		live, _, err := liveTree(all, roots)
+		if err != nil {
+			return err
+		}
+		for id := range all {
 			if !live[id] {
 				doomed = append(doomed, id)
 			}
 		}
-		it.Close()
+		sort.Strings(doomed[pending:])
 		for _, id := range doomed[pending:] {
 			if err := txn.Delete(keyLayer(id)); err != nil {
 				return err
@@ -169,6 +241,11 @@ func (s *Store) CollectGarbage() (GCResult, error) {
 			}
 			res.DataFiles++
 		}
+	}
+	n, freed, err := s.reclaimShadowed()
+	res.HiddenBlocks, res.BytesFreed = n, res.BytesFreed+freed
+	if err != nil {
+		return res, fmt.Errorf("gc: hidden blocks: %w", err)
 	}
 	return res, nil
 }

@@ -585,7 +585,7 @@ func (s *Store) dropLayerData(id string) error {
 		}
 		return nil
 	}
-	for _, t := range []byte{tInode, tEntry, tBlock, tPunch, tHash, tHashed, tKept} {
+	for _, t := range []byte{tInode, tEntry, tBlock, tPunch, tHash, tHashed, tKept, tReclaimed} {
 		if err := step(t); err != nil {
 			return err
 		}

@@ -568,7 +568,7 @@ func TestGC(t *testing.T) {
 		t.Fatalf("gc: got %+v, want the orphan data file (8 KiB) and no layer", r)
 	}
 	mustNotExist(t, orphan)
-	if out := e.ok("gc"); !strings.Contains(out, "removed 0 layers and 0 data files") {
+	if out := e.ok("gc"); !strings.Contains(out, "removed 0 layers, 0 data files and 0 hidden blocks") {
 		t.Errorf("second gc: got %q, want nothing removed", out)
 	}
 	e.ok("verify", "demo")

@@ -265,7 +265,9 @@ A checkpoint is kept if it is among the last N (--keep-last) or younger than
 --keep-within. Without either flag the default policy applies: the last %d
 checkpoints and every checkpoint of the last %d days. Layers that a kept
 checkpoint, an archive, a fork or the sandbox itself stands on are never
-removed.`, d.KeepLast, int(d.KeepWithin.Hours()/24)),
+removed, but of a removed checkpoint's layer only the blocks a kept state
+still shows stay: a file rewritten at every step keeps one copy per kept
+checkpoint, not one per step.`, d.KeepLast, int(d.KeepWithin.Hours()/24)),
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.sandbox = args[0]
@@ -295,7 +297,7 @@ func runCheckpointPrune(g *globals, a control.PruneArgs) error {
 	if g.json {
 		return printJSON(g.stdout, r)
 	}
-	_, err := fmt.Fprintf(g.stdout, "removed %d checkpoints of %s, kept %d; freed %s in %d layers\n",
-		len(r.Removed), a.Sandbox, len(r.Kept), humanSize(r.GC.BytesFreed), len(r.GC.Layers))
+	_, err := fmt.Fprintf(g.stdout, "removed %d checkpoints of %s, kept %d; freed %s (%d layers, %d hidden blocks)\n",
+		len(r.Removed), a.Sandbox, len(r.Kept), humanSize(r.GC.BytesFreed), len(r.GC.Layers), r.GC.HiddenBlocks)
 	return err
 }

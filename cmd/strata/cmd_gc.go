@@ -19,6 +19,13 @@ whole store (layers are shared between forks); NAME, if given, must name a
 sandbox. A crash part way leaves nothing a sandbox needs removed: the records
 go in one transaction, the data after it.
 
+A layer that a later checkpoint stands on stays, but of the layers no
+checkpoint, archive or fork pins (those of pruned or removed checkpoints)
+only what a kept state still shows is kept: a block written again above
+it, cut off by a truncate above it or of a file removed above it is
+dropped and its space given back (hidden blocks). Prune and rm collect
+the same way.
+
 With --dedup, every block of the frozen layers is then read and named by
 its content, and a block whose content a layer below it already holds (or
 an earlier block of its own layer) is kept once: its own slot is given
@@ -44,7 +51,7 @@ func runGC(g *globals, name string, dedup bool) error {
 	if g.json {
 		return printJSON(g.stdout, r)
 	}
-	if _, err := fmt.Fprintf(g.stdout, "removed %d layers and %d data files; freed %s\n", len(r.Layers), r.DataFiles, humanSize(r.BytesFreed)); err != nil {
+	if _, err := fmt.Fprintf(g.stdout, "removed %d layers, %d data files and %d hidden blocks; freed %s\n", len(r.Layers), r.DataFiles, r.HiddenBlocks, humanSize(r.BytesFreed)); err != nil {
 		return err
 	}
 	if r.Dedup == nil {
