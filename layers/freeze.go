@@ -585,8 +585,11 @@ func layerUsage(txn *badger.Txn, layer string) (Usage, error) {
 
 // OpenSnapshot opens a read-only view of the stack whose top is layer
 // (frozen or archived) of sandbox name: what the sandbox looked like when
-// that layer was frozen. It does not count as the sandbox's live view.
-// With layer "" it shows the sandbox's base alone, as it is now.
+// that layer was frozen, if a pin names the layer (a checkpoint, an
+// archive): of a layer no pin names, a collection keeps only what the
+// stacks above it show (hidden.go). While open, the snapshot keeps its
+// stack as it is. It does not count as the sandbox's live view. With
+// layer "" it shows the sandbox's base alone, as it is now.
 func (s *Store) OpenSnapshot(name, layer string) (*View, error) {
 	var info SandboxInfo
 	var stack []string
@@ -639,7 +642,9 @@ func (s *Store) LiveView(name string) *View {
 }
 
 // Fork creates sandbox name over the frozen layer of another sandbox: it
-// shares that layer and everything below it, and copies no data.
+// shares that layer and everything below it, and copies no data. The
+// layer should be pinned (a checkpoint's): one no pin names shows only
+// what collections left of it (hidden.go).
 func (s *Store) Fork(name, layer string) (SandboxInfo, error) {
 	if !ValidName(name) {
 		return SandboxInfo{}, fmt.Errorf("sandbox name %q: %w", name, ErrInvalid)

@@ -60,7 +60,7 @@ func (s *Server) applyRetention() {
 		case err != nil:
 			s.log.Printf("retention: %s: %v", m.Sandbox, err)
 		case len(res.Removed) > 0:
-			s.log.Printf("retention: %s: removed %d checkpoints, kept %d; gc removed %d layers", m.Sandbox, len(res.Removed), len(res.Kept), len(res.GC.Layers))
+			s.log.Printf("retention: %s: removed %d checkpoints, kept %d; gc removed %d layers and %d hidden blocks, freed %d bytes", m.Sandbox, len(res.Removed), len(res.Kept), len(res.GC.Layers), res.GC.HiddenBlocks, res.GC.BytesFreed)
 		}
 	}
 }
