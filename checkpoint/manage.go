@@ -87,9 +87,13 @@ var DefaultPolicy = Policy{KeepLast: 100, KeepWithin: 7 * 24 * time.Hour}
 
 // PruneResult lists the checkpoints a prune removed and kept.
 type PruneResult struct {
-	Removed []string        `json:"removed"`
-	Kept    []string        `json:"kept"`
-	GC      layers.GCResult `json:"gc"`
+	Removed []string `json:"removed"`
+	Kept    []string `json:"kept"`
+	// Held lists the checkpoints of Kept that the policy alone would
+	// have removed, kept because something above still needs them (an
+	// open plan's, PruneHolding).
+	Held []string        `json:"held"`
+	GC   layers.GCResult `json:"gc"`
 }
 
 // Prune removes the checkpoints of sandbox that the policy does not keep,
@@ -97,6 +101,13 @@ type PruneResult struct {
 // checkpoint, an archive or a fork stands on are never removed: prune only
 // drops checkpoint records, and GC only layers no stack contains.
 func (m *Manager) Prune(sandbox string, p Policy) (PruneResult, error) {
+	return m.PruneHolding(sandbox, p, nil)
+}
+
+// PruneHolding is Prune that also keeps the checkpoints held names: the
+// ones a caller above still needs (the checkpoints of open plans, which
+// may still roll back or revert to any of them).
+func (m *Manager) PruneHolding(sandbox string, p Policy, held map[string]bool) (PruneResult, error) {
 	if p == (Policy{}) {
 		p = DefaultPolicy
 	}
@@ -107,11 +118,15 @@ func (m *Manager) Prune(sandbox string, p Policy) (PruneResult, error) {
 	if err != nil {
 		return PruneResult{}, fmt.Errorf("prune %s: %w", sandbox, err)
 	}
-	res := PruneResult{Removed: []string{}, Kept: []string{}}
+	res := PruneResult{Removed: []string{}, Kept: []string{}, Held: []string{}}
 	now := time.Now()
 	var doomed []Checkpoint
 	for i, cp := range cps {
 		keep := len(cps)-i <= p.KeepLast || (p.KeepWithin > 0 && now.Sub(cp.Created) <= p.KeepWithin)
+		if !keep && held[cp.ID] {
+			keep = true
+			res.Held = append(res.Held, cp.ID)
+		}
 		if keep {
 			res.Kept = append(res.Kept, cp.ID)
 		} else {

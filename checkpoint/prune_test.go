@@ -349,3 +349,31 @@ func TestRemoveSandbox(t *testing.T) {
 		t.Fatalf("second remove: %v", err)
 	}
 }
+
+// TestPruneHolding: the checkpoints held names stay whatever the policy
+// says, their states intact, and are reported as held.
+func TestPruneHolding(t *testing.T) {
+	e := newStoreEnv(t, nil)
+	cps := makeCheckpoints(e, 5)
+	want := e.snapTree("s", cps[1].Layer)
+	res, err := e.mgr.PruneHolding("s", Policy{KeepLast: 1}, map[string]bool{cps[1].ID: true, "unknown": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(res.Removed, []string{cps[0].ID, cps[2].ID, cps[3].ID}) ||
+		!reflect.DeepEqual(res.Kept, []string{cps[1].ID, cps[4].ID}) || !reflect.DeepEqual(res.Held, []string{cps[1].ID}) {
+		t.Fatalf("prune: removed %v, kept %v, held %v", res.Removed, res.Kept, res.Held)
+	}
+	if got := e.snapTree("s", cps[1].Layer); !reflect.DeepEqual(got, want) {
+		t.Fatalf("the held checkpoint reads otherwise after the collection")
+	}
+	if v, err := e.mgr.Verify(cps[1].ID); err != nil || !v.OK {
+		t.Fatalf("verify the held checkpoint: %+v %v", v, err)
+	}
+	if _, err := e.mgr.Rollback("s", cps[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.liveTree("s"); !reflect.DeepEqual(got, want) {
+		t.Fatal("a rollback to the held checkpoint reads otherwise")
+	}
+}

@@ -701,6 +701,32 @@ func (m *Manager) checkpointsOf(p Plan) ([]checkpoint.Checkpoint, error) {
 	return out, nil
 }
 
+// Held lists the checkpoints of sandbox that its open plans (not complete,
+// not applied) and their subplans took: such a plan may still roll back
+// or revert to any of them, so retention keeps them
+// (checkpoint.Manager.PruneHolding). Completing or applying a plan lets
+// them go.
+func (m *Manager) Held(sandbox string) (map[string]bool, error) {
+	plans, err := m.List()
+	if err != nil {
+		return nil, fmt.Errorf("plans of %s: %w", sandbox, err)
+	}
+	held := map[string]bool{}
+	for _, p := range plans {
+		if p.Sandbox != sandbox || p.Applied || p.Status != StatusOpen {
+			continue
+		}
+		cps, err := m.checkpointsOf(p)
+		if err != nil {
+			return nil, fmt.Errorf("plan %s: %w", p.Name, err)
+		}
+		for _, cp := range cps {
+			held[cp.ID] = true
+		}
+	}
+	return held, nil
+}
+
 // RollbackResult is what a plan rollback or revert reports.
 type RollbackResult struct {
 	checkpoint.RollbackResult

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/strata-sandbox/strata/checkpoint"
@@ -298,5 +299,53 @@ func TestPlanJSON(t *testing.T) {
 		if _, ok := d[k]; !ok {
 			t.Errorf("decision JSON lacks %q: %v", k, d)
 		}
+	}
+}
+
+// TestHeld: the checkpoints an open plan took (its subplans' too) are
+// held; a complete or applied plan, and another sandbox's, hold none.
+func TestHeld(t *testing.T) {
+	e := newEnv(t, nil)
+	p := must[Plan](t)(e.plans.Create("p", CreateOptions{Sandbox: "s"}))
+	must[Decision](t)(e.plans.Begin("p", "D1", "first"))
+	must[Decision](t)(e.plans.End("p", "D1", false))
+	sub := must[Plan](t)(e.plans.Create("sub", CreateOptions{Sandbox: "s", Parent: "p", ParentDecision: "D1"}))
+	must[Decision](t)(e.plans.Begin("sub", "S1", "sub step"))
+	must[Decision](t)(e.plans.End("sub", "S1", false))
+	cps := must[[]checkpoint.Checkpoint](t)(e.plans.Checkpoints("p"))
+	if len(cps) < 2 {
+		t.Fatalf("the plan and its subplan took %d checkpoints, want at least 2", len(cps))
+	}
+	held := must[map[string]bool](t)(e.plans.Held("s"))
+	for _, cp := range cps {
+		if !held[cp.ID] {
+			t.Errorf("checkpoint %s (plan %s) is not held", cp.Label, cp.Plan)
+		}
+	}
+	if len(held) != len(cps) {
+		t.Errorf("%d checkpoints held, want the plans' %d", len(held), len(cps))
+	}
+	if other := must[map[string]bool](t)(e.plans.Held("other")); len(other) != 0 {
+		t.Errorf("another sandbox holds %d checkpoints", len(other))
+	}
+	// A store that fails to list the plans or their checkpoints fails it.
+	boom := errors.New("boom")
+	for _, prefix := range []string{"x/plan/", "x/cps/"} {
+		restore := e.store.InjectFault(func(op, key string) error {
+			if op == "scan" && strings.HasPrefix(key, prefix) {
+				return boom
+			}
+			return nil
+		})
+		_, err := e.plans.Held("s")
+		restore()
+		if !errors.Is(err, boom) {
+			t.Errorf("held with a failing scan of %s: %v", prefix, err)
+		}
+	}
+	must[Plan](t)(e.plans.Complete(sub.ID))
+	must[Plan](t)(e.plans.Complete(p.ID))
+	if held := must[map[string]bool](t)(e.plans.Held("s")); len(held) != 0 {
+		t.Errorf("after completing the plans %d checkpoints are held", len(held))
 	}
 }

@@ -25,6 +25,7 @@ type checkpointState struct {
 	exportDir   string
 	gc          gcJSON            // of the last collection
 	written     map[string][]byte // what the last random write put in each file
+	held        int               // checkpoints the last prune kept for open plans
 }
 
 type gcJSON struct {
@@ -113,6 +114,7 @@ func initCheckpointSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^"([^"]*)" and "([^"]*)" in the mount hold the same bytes$`, sameBytes)
 	sc.Step(`^fsck finds no problem$`, fsckClean)
 	sc.Step(`^the collection gave back (\d+) hidden blocks, (\d+) KiB$`, gaveBack)
+	sc.Step(`^the prune kept (\d+) checkpoints? for open plans$`, pruneHeld)
 	sc.Step(`^"([^"]*)" in the mount holds the bytes written last$`, holdsWrittenLast)
 }
 
@@ -353,11 +355,19 @@ func restoreArchive(ctx context.Context) error {
 
 func prune(ctx context.Context, sandbox string, n int) error {
 	var r struct {
-		GC gcJSON `json:"gc"`
+		Held []string `json:"held"`
+		GC   gcJSON   `json:"gc"`
 	}
 	err := getWorld(ctx).okJSON(&r, "checkpoint", "prune", sandbox, "--keep-last", fmt.Sprint(n))
-	getCheckpoints(ctx).gc = r.GC
+	getCheckpoints(ctx).gc, getCheckpoints(ctx).held = r.GC, len(r.Held)
 	return err
+}
+
+func pruneHeld(ctx context.Context, n int) error {
+	if got := getCheckpoints(ctx).held; got != n {
+		return fmt.Errorf("the prune kept %d checkpoints for open plans, want %d", got, n)
+	}
+	return nil
 }
 
 func gaveBack(ctx context.Context, blocks, kib int) error {

@@ -68,6 +68,20 @@ Feature: Plans, decisions and corrections
       | D2       | reverted | yes        |
       | D3       | reverted | yes        |
 
+  Scenario: Pruning keeps an open plan's checkpoints until it is complete
+    When I create the checkpoint "after" of "work"
+    And I prune "work" keeping the last 1 checkpoint
+    Then the prune kept 3 checkpoints for open plans
+    And "p" has 3 checkpoints
+    When I revert "p" to the last clean checkpoint because "D2 broke the build"
+    Then "a.txt" in the mount contains "one"
+    And "c.txt" does not exist in the mount
+    When I complete the plan "p"
+    And I prune "work" keeping the last 1 checkpoint
+    Then the prune kept 0 checkpoints for open plans
+    And "p" has 0 checkpoints
+    And "a.txt" in the mount contains "one"
+
   Scenario: Apply writes the base, then rollback and revert refuse
     When I delete "keep.txt" in the mount
     And I apply the plan "p"

@@ -49,6 +49,7 @@ func initPlanSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^I roll the plan "([^"]*)" back to the checkpoint of step (\d+)$`, rollPlanBack)
 	sc.Step(`^I try to roll the plan "([^"]*)" back to the checkpoint of step (\d+)$`, tryRollPlanBack)
 	sc.Step(`^I apply the plan "([^"]*)"$`, applyPlan)
+	sc.Step(`^I complete the plan "([^"]*)"$`, completePlan)
 	sc.Step(`^I try to apply the plan "([^"]*)"$`, tryApplyPlan)
 	sc.Step(`^the plan "([^"]*)" is applied$`, planApplied)
 	sc.Step(`^"([^"]*)" in the base contains "([^"]*)"$`, baseContains)
@@ -211,6 +212,11 @@ func applyPlan(ctx context.Context, plan string) error {
 }
 
 func tryApplyPlan(ctx context.Context, plan string) error { return try(ctx, "plan", "apply", plan) }
+
+func completePlan(ctx context.Context, plan string) error {
+	_, err := getWorld(ctx).ok("plan", "complete", plan)
+	return err
+}
 
 func planApplied(ctx context.Context, plan string) error {
 	p, out, err := showPlan(ctx, plan)

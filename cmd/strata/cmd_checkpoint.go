@@ -267,7 +267,9 @@ checkpoints and every checkpoint of the last %d days. Layers that a kept
 checkpoint, an archive, a fork or the sandbox itself stands on are never
 removed, but of a removed checkpoint's layer only the blocks a kept state
 still shows stay: a file rewritten at every step keeps one copy per kept
-checkpoint, not one per step.`, d.KeepLast, int(d.KeepWithin.Hours()/24)),
+checkpoint, not one per step. The checkpoints of an open plan (not yet
+complete or applied) are kept whatever the policy says, since the plan may
+still roll back or revert to any of them.`, d.KeepLast, int(d.KeepWithin.Hours()/24)),
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.sandbox = args[0]
@@ -297,7 +299,11 @@ func runCheckpointPrune(g *globals, a control.PruneArgs) error {
 	if g.json {
 		return printJSON(g.stdout, r)
 	}
-	_, err := fmt.Fprintf(g.stdout, "removed %d checkpoints of %s, kept %d; freed %s (%d layers, %d hidden blocks)\n",
-		len(r.Removed), a.Sandbox, len(r.Kept), humanSize(r.GC.BytesFreed), len(r.GC.Layers), r.GC.HiddenBlocks)
+	held := ""
+	if len(r.Held) > 0 {
+		held = fmt.Sprintf(" (%d held by open plans)", len(r.Held))
+	}
+	_, err := fmt.Fprintf(g.stdout, "removed %d checkpoints of %s, kept %d%s; freed %s (%d layers, %d hidden blocks)\n",
+		len(r.Removed), a.Sandbox, len(r.Kept), held, humanSize(r.GC.BytesFreed), len(r.GC.Layers), r.GC.HiddenBlocks)
 	return err
 }

@@ -276,6 +276,16 @@ func ParsePolicy(keepLast *int, keepWithin string) (checkpoint.Policy, error) {
 	return p, nil
 }
 
+// prune applies policy p to sandbox, keeping the checkpoints its open
+// plans took; the caller holds Exclusive.
+func (s *Server) prune(sandbox string, p checkpoint.Policy) (checkpoint.PruneResult, error) {
+	held, err := s.plans().Held(sandbox)
+	if err != nil {
+		return checkpoint.PruneResult{}, fmt.Errorf("prune %s: %w", sandbox, err)
+	}
+	return s.checkpoints().PruneHolding(sandbox, p, held)
+}
+
 func (s *Server) checkpointPrune(ctx context.Context, a PruneArgs) (PruneReport, error) {
 	p, err := ParsePolicy(a.KeepLast, a.KeepWithin)
 	if err != nil {
@@ -285,7 +295,7 @@ func (s *Server) checkpointPrune(ctx context.Context, a PruneArgs) (PruneReport,
 		return PruneReport{}, err
 	}
 	return exclusive(s, func() (PruneReport, error) {
-		res, err := s.checkpoints().Prune(a.Sandbox, p)
+		res, err := s.prune(a.Sandbox, p)
 		if err != nil {
 			return PruneReport{}, err
 		}

@@ -14,8 +14,9 @@ import (
 // checkpoints and those of the last 7 days, unless set) is applied a
 // minute after the server starts serving (or Options.Retention, if
 // shorter) and then every Options.Retention, to each sandbox it serves,
-// under Exclusive, as `strata checkpoint prune` does: archives, forks and
-// the layers kept checkpoints stand on stay.
+// under Exclusive, as `strata checkpoint prune` does: archives, forks,
+// the layers kept checkpoints stand on and the checkpoints of open plans
+// stay.
 
 // errShuttingDown stops a retention pass at a shutdown.
 var errShuttingDown = errors.New("shutting down")
@@ -50,7 +51,7 @@ func (s *Server) applyRetention() {
 			default:
 			}
 			var err error
-			res, err = s.checkpoints().Prune(m.Sandbox, s.opts.RetentionPolicy)
+			res, err = s.prune(m.Sandbox, s.opts.RetentionPolicy)
 			return err
 		})
 		if errors.Is(err, errShuttingDown) {
