@@ -789,3 +789,30 @@ func TestReclaimUnknownBlockSize(t *testing.T) {
 		t.Fatalf("gc dropped %d blocks of a run whose block size is not known", res.HiddenBlocks)
 	}
 }
+
+// TestReclaimTreeDamage: a pass that cannot read the tree of layers (a
+// sandbox record that does not decode, a head that is gone) fails before
+// it drops anything.
+func TestReclaimTreeDamage(t *testing.T) {
+	cases := []struct {
+		name string
+		key  []byte
+		val  string
+		want error
+	}{
+		{"sandbox record", keySandbox("bad"), "[", ErrCorrupt},
+		{"head gone", keySandbox("bad"), `{"name":"bad","head":"missing","block_size":4096}`, ErrNotFound},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newHiddenPair(t, 2)
+			s := p.e.store
+			corrupt(t, s, tc.key, []byte(tc.val))
+			_, _, err := s.reclaimShadowed()
+			wantErr(t, "pass", err, tc.want)
+			if !hasRecord(t, s, p.l0, p.f.Ino, 0) {
+				t.Fatal("a failed pass dropped a record")
+			}
+		})
+	}
+}
