@@ -69,6 +69,10 @@ func TestNoteBaseChanged(t *testing.T) {
 			t.Errorf("%s: base changed %v, want %v at %v", name, info.BaseChanged, want, at)
 		}
 	}
+	// A sandbox record that does not decode stops it.
+	corrupt(t, e.store, keySandbox("bad"), []byte("["))
+	err = e.store.Update(func(tx *Txn) error { return tx.NoteBaseChanged(e.base, at) })
+	wantErr(t, "note with a corrupt sandbox record", err, ErrCorrupt)
 }
 
 // An empty set of attributes a layer records names the same as none at
