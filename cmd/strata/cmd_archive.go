@@ -75,13 +75,16 @@ func newArchiveExportCommand(g *globals) *cobra.Command {
 
 func runArchiveExport(g *globals, a control.ExportArgs) error {
 	var r control.ExportResult
-	if err := g.call("export archive", "", control.OpArchiveExport, a, &r); err != nil {
+	p := g.startProgress("export: writing archive " + a.Archive + " into " + a.Dir)
+	err := g.call("export archive", "", control.OpArchiveExport, a, &r)
+	p.Stop()
+	if err != nil {
 		return err
 	}
 	if g.json {
 		return printJSON(g.stdout, r)
 	}
-	_, err := fmt.Fprintf(g.stdout, "exported %d files of archive %s into %s\n", r.Files, r.Archive, r.Dir)
+	_, err = fmt.Fprintf(g.stdout, "exported %d files of archive %s into %s\n", r.Files, r.Archive, r.Dir)
 	return err
 }
 

@@ -45,7 +45,10 @@ back. Mounted sandboxes go on reading meanwhile.`,
 
 func runGC(g *globals, name string, dedup bool) error {
 	var r layers.GCResult
-	if err := g.call("gc", name, control.OpGC, control.GCArgs{Name: name, Dedup: dedup}, &r); err != nil {
+	p := g.startProgress("gc: collecting " + g.store)
+	err := g.call("gc", name, control.OpGC, control.GCArgs{Name: name, Dedup: dedup}, &r)
+	p.Stop()
+	if err != nil {
 		return err
 	}
 	if g.json {
@@ -57,6 +60,6 @@ func runGC(g *globals, name string, dedup bool) error {
 	if r.Dedup == nil {
 		return nil
 	}
-	_, err := fmt.Fprintf(g.stdout, "dedup: %d blocks kept once; freed %s\n", r.Dedup.Blocks, humanSize(r.Dedup.BytesFreed))
+	_, err = fmt.Fprintf(g.stdout, "dedup: %d blocks kept once; freed %s\n", r.Dedup.Blocks, humanSize(r.Dedup.BytesFreed))
 	return err
 }

@@ -422,13 +422,16 @@ back. An applied plan can no longer be rolled back or reverted.`,
 		Args: exactArgs("PLAN"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var r correction.ApplyResult
-			if err := g.planCall("plan apply "+args[0], control.OpPlanApply, control.PlanArgs{Plan: args[0]}, &r); err != nil {
+			p := g.startProgress("plan apply: writing " + args[0] + " onto its base")
+			err := g.planCall("plan apply "+args[0], control.OpPlanApply, control.PlanArgs{Plan: args[0]}, &r)
+			p.Stop()
+			if err != nil {
 				return err
 			}
 			if g.json {
 				return printJSON(g.stdout, r)
 			}
-			_, err := fmt.Fprintf(g.stdout, "applied plan onto %s: %d added, %d modified, %d deleted, %d mode changes, %d attribute changes, %d owner changes, %d time changes in %.2f ms\n",
+			_, err = fmt.Fprintf(g.stdout, "applied plan onto %s: %d added, %d modified, %d deleted, %d mode changes, %d attribute changes, %d owner changes, %d time changes in %.2f ms\n",
 				r.Base, len(r.Added), len(r.Modified), len(r.Deleted), len(r.Modes), len(r.Xattrs), len(r.Owners), len(r.Times), r.Millis)
 			return err
 		},

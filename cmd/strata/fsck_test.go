@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-sandbox/strata/checkpoint"
 	"github.com/strata-sandbox/strata/cmd/internal/control"
 	"github.com/strata-sandbox/strata/layers"
 	"golang.org/x/sys/unix"
@@ -155,37 +156,67 @@ func readFileBytes(t *testing.T, path string) []byte {
 	return b
 }
 
-// TestFsckProgress: on a terminal fsck shows a progress line on stderr and
-// erases it; in a pipe (every other test) stderr stays empty.
-func TestFsckProgress(t *testing.T) {
-	e := newEnv(t)
-	e.ok("sandbox", "create", "demo", "--base", e.base)
-	ptm, pts := openPTY(t)
-	cmd := exec.Command(strataBin, "fsck")
-	cmd.Env = append(os.Environ(), "STRATA_STORE="+e.store)
-	cmd.Stdout, cmd.Stderr = pts, pts
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+// TestProgress: on a terminal the long commands of the CLI contract
+// (fsck, gc, archive export, plan apply) show a progress line on stderr
+// and erase it before their summary; in a pipe (every other test) stderr
+// stays empty.
+func TestProgress(t *testing.T) {
+	cases := []struct {
+		name     string
+		setup    func(e *env) []string // the command to run
+		progress string
+		summary  string
+	}{
+		{"fsck", func(e *env) []string { return []string{"fsck"} }, "fsck: checking ", "checked 1 sandboxes"},
+		{"gc", func(e *env) []string { return []string{"gc"} }, "gc: collecting ", "removed 0 layers"},
+		{"archive export", func(e *env) []string {
+			cp := e.checkpoint("demo")
+			e.ok("checkpoint", "create", "demo")
+			var r checkpoint.RollbackResult
+			e.okJSON(&r, "rollback", "demo", "--to-checkpoint", cp.ID)
+			return []string{"archive", "export", r.Archive, filepath.Join(e.dir, "export")}
+		}, "export: writing archive ", "exported "},
+		{"plan apply", func(e *env) []string {
+			e.ok("plan", "create", "p", "--sandbox", "demo")
+			e.ok("mount", "demo", e.mnt)
+			writeFile(e.t, filepath.Join(e.mnt, "new.txt"), "new")
+			return []string{"plan", "apply", "p"}
+		}, "plan apply: writing p onto its base", "applied plan onto "},
 	}
-	pts.Close() // the child has its own copy; EOF comes when it exits
-	out := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(ptm) // ends with EIO once the child is gone
-		out <- string(b)
-	}()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("fsck on a terminal: %v", err)
-	}
-	var got string
-	select {
-	case got = <-out:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the terminal's output did not end")
-	}
-	i := strings.Index(got, "fsck: checking "+e.store)
-	j := strings.Index(got, "\r\033[Kchecked 1 sandboxes")
-	if i < 0 || j < i {
-		t.Fatalf("terminal output: got %q, want the progress line, erased before the summary", got)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.ok("sandbox", "create", "demo", "--base", e.base)
+			args := tc.setup(e)
+			ptm, pts := openPTY(t)
+			cmd := exec.Command(strataBin, args...)
+			cmd.Env = append(os.Environ(), "STRATA_STORE="+e.store)
+			cmd.Stdout, cmd.Stderr = pts, pts
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			pts.Close() // the child has its own copy; EOF comes when it exits
+			out := make(chan string, 1)
+			go func() {
+				b, _ := io.ReadAll(ptm) // ends with EIO once the child is gone
+				out <- string(b)
+			}()
+			werr := cmd.Wait()
+			var got string
+			select {
+			case got = <-out:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the terminal's output did not end")
+			}
+			if werr != nil {
+				t.Fatalf("%v on a terminal: %v\n%s", args, werr, got)
+			}
+			i := strings.Index(got, tc.progress)
+			j := strings.Index(got, "\r\033[K"+tc.summary)
+			if i < 0 || j < i {
+				t.Fatalf("terminal output: got %q, want the progress line %q, erased before the summary", got, tc.progress)
+			}
+		})
 	}
 }
 
