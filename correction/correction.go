@@ -712,16 +712,26 @@ func (m *Manager) Held(sandbox string) (map[string]bool, error) {
 		return nil, fmt.Errorf("plans of %s: %w", sandbox, err)
 	}
 	held := map[string]bool{}
+	mine := map[string]bool{} // the plans' ids, names and subplans, as checkpointsOf
 	for _, p := range plans {
 		if p.Sandbox != sandbox || p.Applied || p.Status != StatusOpen {
 			continue
 		}
-		cps, err := m.checkpointsOf(p)
-		if err != nil {
-			return nil, fmt.Errorf("plan %s: %w", p.Name, err)
+		mine[p.ID], mine[p.Name] = true, true
+		for _, s := range p.Subplans {
+			mine[s] = true
 		}
-		for _, cp := range cps {
-			held[cp.ID] = true
+	}
+	if len(mine) == 0 {
+		return held, nil
+	}
+	cps, err := m.cp.List(sandbox)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoints of %s: %w", sandbox, err)
+	}
+	for _, c := range cps {
+		if c.Plan != "" && mine[c.Plan] {
+			held[c.ID] = true
 		}
 	}
 	return held, nil
