@@ -816,3 +816,55 @@ func TestReclaimTreeDamage(t *testing.T) {
 		})
 	}
 }
+
+// TestReclaimOnFullDisk: a file rewritten at every step fills the store's
+// file system until writes fail; unpinning the older states and
+// collecting gives the space back, and writes work again.
+func TestReclaimOnFullDisk(t *testing.T) {
+	e := smallStoreEnv(t)
+	v := e.view()
+	defer func() { v.Close() }()
+	s := e.store
+	f := mkfile(t, v, RootIno, "big", "")
+	var ls []string
+	full := false
+	for i := 0; i < 40 && !full; i++ {
+		_, err := v.WriteAt(f.Ino, randBytes(int64(i), 1<<20), 0, false)
+		if errors.Is(err, ErrNoSpace) {
+			full = true
+			break
+		}
+		ok(t, "write", err)
+		l, _, err := s.Freeze(e.name, noFreezeFn)
+		if errors.Is(err, ErrNoSpace) {
+			full = true
+			break
+		}
+		ok(t, "freeze", err)
+		pin(t, s, l)
+		ls = append(ls, l)
+	}
+	if !full || len(ls) < 3 {
+		t.Fatalf("the store did not fill up (%d layers frozen)", len(ls))
+	}
+	want := snapFiles(t, s, e.name, ls[len(ls)-1], []string{"big"})
+	for _, l := range ls[:len(ls)-1] {
+		unpin(t, s, l)
+	}
+	res, err := s.CollectGarbage()
+	ok(t, "gc on a full disk", err)
+	if res.HiddenBlocks < (len(ls)-1)*(1<<20)/MinBlockSize {
+		t.Fatalf("gc dropped %d hidden blocks, want every older copy of f", res.HiddenBlocks)
+	}
+	body := randBytes(99, 1<<20)
+	_, err = v.WriteAt(f.Ino, body, 0, false)
+	ok(t, "write after gc", err)
+	ok(t, "sync", v.Sync())
+	if got := snapFiles(t, s, e.name, ls[len(ls)-1], []string{"big"}); got["big"] != want["big"] {
+		t.Fatal("the kept state reads otherwise")
+	}
+	if content(t, v, f.Ino) != string(body) {
+		t.Fatal("the write after gc reads otherwise")
+	}
+	fsckClean(t, s)
+}
