@@ -99,7 +99,9 @@ type PruneResult struct {
 // Prune removes the checkpoints of sandbox that the policy does not keep,
 // then collects the layers nothing needs any more. Layers that a kept
 // checkpoint, an archive or a fork stands on are never removed: prune only
-// drops checkpoint records, and GC only layers no stack contains.
+// drops checkpoint records, and GC only layers no stack contains and, of
+// the layers no pin names, the blocks every stack above them hides (what
+// no kept state shows).
 func (m *Manager) Prune(sandbox string, p Policy) (PruneResult, error) {
 	return m.PruneHolding(sandbox, p, nil)
 }

@@ -223,8 +223,12 @@ func newCheckpointRemoveCommand(g *globals) *cobra.Command {
 		Use:     "rm ID",
 		Aliases: []string{"remove"},
 		Short:   "Remove a checkpoint; its layer stays while anything stands on it",
-		Args:    exactArgs("ID"),
-		RunE:    func(cmd *cobra.Command, args []string) error { return runCheckpointRemove(g, args[0]) },
+		Long: `Remove a checkpoint. Its layer stays while anything stands on it (a later
+checkpoint, an archive, a fork, the sandbox itself), but only the blocks a
+kept state still shows: those a later layer wrote again, cut off or removed
+go, and their space is given back.`,
+		Args: exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error { return runCheckpointRemove(g, args[0]) },
 	}
 }
 
