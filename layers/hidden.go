@@ -120,6 +120,11 @@ func (s *Store) reclaimShadowed() (int, int64, error) {
 		if complete {
 			bottom := r.layers[len(r.layers)-1]
 			if err := s.update(func(txn *badger.Txn) error {
+				// A collection dropping the layer meanwhile takes its
+				// tables: no mark is left behind it.
+				if _, err := txn.Get(keyLayer(bottom)); err != nil {
+					return ignoreNotFound(err)
+				}
 				return txn.Set(keyReclaimed(bottom), []byte(r.top.ID))
 			}); err != nil {
 				return dropped, freed, err
@@ -454,4 +459,12 @@ func (s *Store) commitDead(dead []deadBlock) (int, error) {
 		return err
 	})
 	return n, err
+}
+
+// ignoreNotFound is err unless it says the key was not found.
+func ignoreNotFound(err error) error {
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil
+	}
+	return err
 }

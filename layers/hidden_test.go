@@ -868,3 +868,24 @@ func TestReclaimOnFullDisk(t *testing.T) {
 	}
 	fsckClean(t, s)
 }
+
+// TestReclaimBottomDropped: a collection that drops a run's bottom layer
+// while a pass goes through the run leaves no mark behind it.
+func TestReclaimBottomDropped(t *testing.T) {
+	p := newHiddenPair(t, 2)
+	s := p.e.store
+	reclaimHook = func() {
+		ok(t, "drop", s.update(func(txn *badger.Txn) error {
+			if err := txn.Delete(keyLayer(p.l0)); err != nil {
+				return err
+			}
+			return txn.Set(keyDrop(p.l0), nil)
+		}))
+	}
+	_, _, err := s.reclaimShadowed()
+	reclaimHook = nil
+	ok(t, "pass", err)
+	if _, found, err := s.record(keyReclaimed(p.l0)); err != nil || found {
+		t.Fatalf("a mark was left for a dropped layer (%v)", err)
+	}
+}
