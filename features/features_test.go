@@ -46,6 +46,7 @@ func TestFeatures(t *testing.T) {
 			initFileSteps(sc)
 			initPlanSteps(sc)
 			initRetentionSteps(sc)
+			initDiskFullSteps(sc)
 		},
 		Options: &godog.Options{
 			Format:   "pretty",

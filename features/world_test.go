@@ -25,6 +25,7 @@ import (
 type world struct {
 	dir, store, base, mnt, mnt2 string
 
+	storeFS    bool              // the store is on a file system of its own, mounted at store
 	baseDigest string            // of the base as the scenario made it
 	last       result            // of the last command that was allowed to fail
 	inodes     map[string]uint64 // noted inode numbers, by path in the mount
@@ -133,6 +134,11 @@ func (w *world) teardown() error {
 		if time.Now().After(deadline) {
 			errs = append(errs, fmt.Errorf("store still locked 15s after the last unmount"))
 			break
+		}
+	}
+	if w.storeFS {
+		if err := syscall.Unmount(w.store, 0); err != nil {
+			errs = append(errs, fmt.Errorf("unmount the store's file system: %w", err))
 		}
 	}
 	mps, err := mountpoints()
