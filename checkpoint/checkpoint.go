@@ -92,6 +92,27 @@ type Manager struct {
 	// labelsIndexed: every labelled checkpoint of the store has its label
 	// key (ensureLabelIndex ran, here or in an earlier process).
 	labelsIndexed atomic.Bool
+	// leaveHidden: the collections after rm and prune drop layers only;
+	// the caller runs the hidden-block pass (LeaveHidden).
+	leaveHidden bool
+}
+
+// LeaveHidden makes the collections m runs after rm and prune drop the
+// layers nothing needs and leave the hidden-block pass
+// (layers.Store.CollectHidden) to the caller, who runs it after letting go
+// of the lock it holds around m: the pass needs none, and a long one
+// would hold up checkpoints and rollbacks. It returns m.
+func (m *Manager) LeaveHidden() *Manager {
+	m.leaveHidden = true
+	return m
+}
+
+// collect runs the collection after rm and prune.
+func (m *Manager) collect() (layers.GCResult, error) {
+	if m.leaveHidden {
+		return m.store.CollectLayers()
+	}
+	return m.store.CollectGarbage()
 }
 
 // New returns a Manager for store; inval may be nil when nothing is mounted

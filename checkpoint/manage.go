@@ -19,7 +19,7 @@ func (m *Manager) Remove(ref string) (Checkpoint, error) {
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("checkpoint rm %s: %w", cp.ID, err)
 	}
-	if _, err := m.store.CollectGarbage(); err != nil {
+	if _, err := m.collect(); err != nil {
 		return cp, err
 	}
 	return cp, nil
@@ -139,7 +139,7 @@ func (m *Manager) PruneHolding(sandbox string, p Policy, held map[string]bool) (
 	if err := m.deleteCheckpoints(doomed); err != nil {
 		return PruneResult{}, fmt.Errorf("prune %s: %w", sandbox, err)
 	}
-	res.GC, err = m.store.CollectGarbage()
+	res.GC, err = m.collect()
 	return res, err
 }
 

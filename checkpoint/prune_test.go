@@ -377,3 +377,32 @@ func TestPruneHolding(t *testing.T) {
 		t.Fatal("a rollback to the held checkpoint reads otherwise")
 	}
 }
+
+// TestPruneLeavingHidden: a Manager that leaves the hidden-block pass to
+// its caller prunes and drops layers, and the blocks go only when the
+// caller runs the pass.
+func TestPruneLeavingHidden(t *testing.T) {
+	e := newStoreEnv(t, nil)
+	cps := makeCheckpoints(e, 4)
+	m := New(e.store, e.inval).LeaveHidden()
+	res, err := m.Prune("s", Policy{KeepLast: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Removed) != 3 || res.GC.HiddenBlocks != 0 {
+		t.Fatalf("prune leaving the pass: removed %d, gc %+v", len(res.Removed), res.GC)
+	}
+	if _, err := m.Remove(cps[3].ID); err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.store.CollectHidden()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.HiddenBlocks != 3 {
+		t.Fatalf("the caller's pass dropped %d hidden blocks, want f.txt's 3 older copies", h.HiddenBlocks)
+	}
+	if got := e.liveTree("s")["f.txt"]; got != "version d0" {
+		t.Fatalf("f.txt reads %q after the pass", got)
+	}
+}

@@ -166,15 +166,41 @@ func liveTree(all map[string]LayerInfo, roots []string) (live map[string]bool, c
 }
 
 // CollectGarbage removes every layer that no sandbox stack and no pinned
-// stack contains, and data files that belong to no layer, then the blocks
-// of the layers no pin names that every stack above them hides
-// (hidden.go). The layer
+// stack contains, and data files that belong to no layer (CollectLayers),
+// then the blocks of the layers no pin names that every stack above them
+// hides (CollectHidden).
+func (s *Store) CollectGarbage() (GCResult, error) {
+	res, err := s.CollectLayers()
+	if err != nil {
+		return res, err
+	}
+	h, err := s.CollectHidden()
+	res.HiddenBlocks, res.BytesFreed = h.HiddenBlocks, res.BytesFreed+h.BytesFreed
+	return res, err
+}
+
+// CollectHidden drops the block records of the layers no pin names that
+// every stack above them hides, and gives their slots back (hidden.go).
+// It needs no lock of the callers that move heads: what it drops stays
+// hidden whatever they do meanwhile, so a server runs it after letting go
+// of its own lock, and a long pass holds up no checkpoint or rollback.
+func (s *Store) CollectHidden() (GCResult, error) {
+	n, freed, err := s.reclaimShadowed()
+	res := GCResult{Layers: []string{}, HiddenBlocks: n, BytesFreed: freed}
+	if err != nil {
+		return res, fmt.Errorf("gc: hidden blocks: %w", err)
+	}
+	return res, nil
+}
+
+// CollectLayers removes every layer that no sandbox stack and no pinned
+// stack contains, and data files that belong to no layer. The layer
 // records go in one transaction, which also marks each layer as being
 // dropped; its tables (in batches, which a crash can interrupt) and its
 // data file go after it, and the mark last. So a crash in between leaves
 // marked layers, whose drop the next collection finishes, and fsck knows
 // their keys for what they are, not for orphans.
-func (s *Store) CollectGarbage() (GCResult, error) {
+func (s *Store) CollectLayers() (GCResult, error) {
 	var res GCResult
 	var doomed []string
 	err := s.update(func(txn *badger.Txn) error {
@@ -241,11 +267,6 @@ func (s *Store) CollectGarbage() (GCResult, error) {
 			}
 			res.DataFiles++
 		}
-	}
-	n, freed, err := s.reclaimShadowed()
-	res.HiddenBlocks, res.BytesFreed = n, res.BytesFreed+freed
-	if err != nil {
-		return res, fmt.Errorf("gc: hidden blocks: %w", err)
 	}
 	return res, nil
 }

@@ -147,8 +147,22 @@ func (i invalidator) InvalidateTouched(sandbox string, t layers.Touched) {
 
 // checkpoints returns the checkpoint manager of the server's store, wired
 // to the server's live mounts. A Manager keeps no state of its own.
+// checkpoints is the checkpoint API over the served store. Its
+// collections leave the hidden-block pass to the ops, which run it after
+// Exclusive (collectHidden).
 func (s *Server) checkpoints() *checkpoint.Manager {
-	return checkpoint.New(s.store, invalidator{s})
+	return checkpoint.New(s.store, invalidator{s}).LeaveHidden()
+}
+
+// collectHidden runs the hidden-block pass a collection under Exclusive
+// left (layers.Store.CollectHidden) and adds what it did to res. It holds
+// no lock of the server's: the pass needs none, and checkpoints and
+// rollbacks go on meanwhile.
+func (s *Server) collectHidden(res *layers.GCResult) error {
+	h, err := s.store.CollectHidden()
+	res.HiddenBlocks += h.HiddenBlocks
+	res.BytesFreed += h.BytesFreed
+	return err
 }
 
 // registerCheckpointOps registers the handlers of this file.
@@ -227,9 +241,13 @@ func (s *Server) checkpointDiff(ctx context.Context, a DiffArgs) (checkpoint.Dif
 }
 
 func (s *Server) checkpointRemove(ctx context.Context, a IDArgs) (checkpoint.Checkpoint, error) {
-	return exclusive(s, func() (checkpoint.Checkpoint, error) {
+	cp, err := exclusive(s, func() (checkpoint.Checkpoint, error) {
 		return s.checkpoints().Remove(a.ID)
 	})
+	if err != nil {
+		return cp, err
+	}
+	return cp, s.collectHidden(&layers.GCResult{})
 }
 
 // parseDuration reads a Go duration, or a whole number of days ("7d").
@@ -294,7 +312,7 @@ func (s *Server) checkpointPrune(ctx context.Context, a PruneArgs) (PruneReport,
 	if _, err := s.store.Sandbox(a.Sandbox); err != nil {
 		return PruneReport{}, err
 	}
-	return exclusive(s, func() (PruneReport, error) {
+	rep, err := exclusive(s, func() (PruneReport, error) {
 		res, err := s.prune(a.Sandbox, p)
 		if err != nil {
 			return PruneReport{}, err
@@ -308,6 +326,10 @@ func (s *Server) checkpointPrune(ctx context.Context, a PruneArgs) (PruneReport,
 		}
 		return PruneReport{KeepLast: p.KeepLast, KeepWithin: within.String(), PruneResult: res}, nil
 	})
+	if err != nil {
+		return rep, err
+	}
+	return rep, s.collectHidden(&rep.GC)
 }
 
 func (s *Server) rollback(ctx context.Context, a RollbackArgs) (checkpoint.RollbackResult, error) {
@@ -434,13 +456,17 @@ func (s *Server) gc(ctx context.Context, a GCArgs) (layers.GCResult, error) {
 			return layers.GCResult{}, err
 		}
 	}
-	collect := s.store.CollectGarbage
-	if a.Dedup {
-		collect = s.store.CollectGarbageDedup
-	}
-	res, err := exclusive(s, collect)
+	res, err := exclusive(s, s.store.CollectLayers)
 	if res.Layers == nil {
 		res.Layers = []string{}
+	}
+	if err == nil {
+		err = s.collectHidden(&res)
+	}
+	if err == nil && a.Dedup {
+		var d layers.DedupResult
+		d, err = exclusive(s, s.store.Dedup)
+		res.Dedup = &d
 	}
 	return res, err
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/strata-sandbox/strata/checkpoint"
+	"github.com/strata-sandbox/strata/layers"
 )
 
 // Retention: the process that serves a sandbox applies the retention
@@ -42,6 +43,21 @@ func (s *Server) retentionLoop() {
 // applyRetention prunes every sandbox the server serves by the policy; it
 // stops at a shutdown.
 func (s *Server) applyRetention() {
+	defer func() {
+		// The hidden blocks the prunes left, outside Exclusive (see
+		// collectHidden), unless the server is going away.
+		select {
+		case <-s.done:
+			return
+		default:
+		}
+		var res layers.GCResult
+		if err := s.collectHidden(&res); err != nil {
+			s.log.Printf("retention: %v", err)
+		} else if res.HiddenBlocks > 0 {
+			s.log.Printf("retention: dropped %d hidden blocks, freed %d bytes", res.HiddenBlocks, res.BytesFreed)
+		}
+	}()
 	for _, m := range s.Mounts() {
 		var res checkpoint.PruneResult
 		err := s.Exclusive(func() error {
@@ -61,7 +77,7 @@ func (s *Server) applyRetention() {
 		case err != nil:
 			s.log.Printf("retention: %s: %v", m.Sandbox, err)
 		case len(res.Removed) > 0:
-			s.log.Printf("retention: %s: removed %d checkpoints, kept %d; gc removed %d layers and %d hidden blocks, freed %d bytes", m.Sandbox, len(res.Removed), len(res.Kept), len(res.GC.Layers), res.GC.HiddenBlocks, res.GC.BytesFreed)
+			s.log.Printf("retention: %s: removed %d checkpoints, kept %d; gc removed %d layers, freed %d bytes", m.Sandbox, len(res.Removed), len(res.Kept), len(res.GC.Layers), res.GC.BytesFreed)
 		}
 	}
 }
