@@ -160,6 +160,17 @@ func (s *Store) heldInodes() map[uint64]bool {
 // reclaimRuns reads the tree of the layers collections keep and lists its
 // runs that a pass has not gone through against their present top.
 func (s *Store) reclaimRuns() ([]reclaimRun, error) {
+	// Open snapshots read the stack of their top layer as it is. (A view
+	// changes its stack under its lock: read it there, and before the
+	// transaction, which a view's lock must not wait inside.)
+	var tops []string
+	for _, v := range s.openViews() {
+		v.mu.Lock()
+		if len(v.stack) > 0 {
+			tops = append(tops, v.stack[0])
+		}
+		v.mu.Unlock()
+	}
 	var runs []reclaimRun
 	err := s.view(func(txn *badger.Txn) error {
 		roots, sbs, err := stackRootsAndSandboxes(txn)
@@ -170,11 +181,10 @@ func (s *Store) reclaimRuns() ([]reclaimRun, error) {
 		for _, r := range roots {
 			isRoot[r] = true
 		}
-		// Open snapshots read the stack of their top layer as it is.
-		for _, v := range s.openViews() {
-			if len(v.stack) > 0 && !isRoot[v.stack[0]] {
-				isRoot[v.stack[0]] = true
-				roots = append(roots, v.stack[0])
+		for _, top := range tops {
+			if !isRoot[top] {
+				isRoot[top] = true
+				roots = append(roots, top)
 			}
 		}
 		infos, err := layerTree(txn)
