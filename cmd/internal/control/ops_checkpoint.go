@@ -146,8 +146,7 @@ func (i invalidator) InvalidateTouched(sandbox string, t layers.Touched) {
 }
 
 // checkpoints returns the checkpoint manager of the server's store, wired
-// to the server's live mounts. A Manager keeps no state of its own.
-// checkpoints is the checkpoint API over the served store. Its
+// to the server's live mounts. A Manager keeps no state of its own. Its
 // collections leave the hidden-block pass to the ops, which run it after
 // Exclusive (collectHidden).
 func (s *Server) checkpoints() *checkpoint.Manager {
