@@ -684,11 +684,24 @@ func (m *Manager) Checkpoints(ref string) ([]checkpoint.Checkpoint, error) {
 }
 
 func (m *Manager) checkpointsOf(p Plan) ([]checkpoint.Checkpoint, error) {
-	mine := map[string]bool{p.ID: true, p.Name: true}
+	mine := map[string]bool{}
+	p.tags(mine)
+	return m.taggedCheckpoints(p.Sandbox, mine)
+}
+
+// tags adds to mine what the plan's checkpoints name as their plan: its
+// id, its name and its subplans.
+func (p Plan) tags(mine map[string]bool) {
+	mine[p.ID], mine[p.Name] = true, true
 	for _, s := range p.Subplans {
 		mine[s] = true
 	}
-	all, err := m.cp.List(p.Sandbox)
+}
+
+// taggedCheckpoints lists the checkpoints of sandbox whose plan mine
+// holds, oldest first.
+func (m *Manager) taggedCheckpoints(sandbox string, mine map[string]bool) ([]checkpoint.Checkpoint, error) {
+	all, err := m.cp.List(sandbox)
 	if err != nil {
 		return nil, err
 	}
@@ -712,27 +725,21 @@ func (m *Manager) Held(sandbox string) (map[string]bool, error) {
 		return nil, fmt.Errorf("plans of %s: %w", sandbox, err)
 	}
 	held := map[string]bool{}
-	mine := map[string]bool{} // the plans' ids, names and subplans, as checkpointsOf
+	mine := map[string]bool{}
 	for _, p := range plans {
-		if p.Sandbox != sandbox || p.Applied || p.Status != StatusOpen {
-			continue
-		}
-		mine[p.ID], mine[p.Name] = true, true
-		for _, s := range p.Subplans {
-			mine[s] = true
+		if p.Sandbox == sandbox && !p.Applied && p.Status == StatusOpen {
+			p.tags(mine)
 		}
 	}
 	if len(mine) == 0 {
 		return held, nil
 	}
-	cps, err := m.cp.List(sandbox)
+	cps, err := m.taggedCheckpoints(sandbox, mine)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoints of %s: %w", sandbox, err)
 	}
 	for _, c := range cps {
-		if c.Plan != "" && mine[c.Plan] {
-			held[c.ID] = true
-		}
+		held[c.ID] = true
 	}
 	return held, nil
 }

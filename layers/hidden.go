@@ -79,6 +79,9 @@ type deadBlock struct {
 	ino, blk uint64
 	ref      blockRef
 	raw      []byte // the record as read, which must not have changed
+	// punch: its slot goes too; not when the content lives elsewhere
+	// (a dedup home) or a record above keeps its content in it.
+	punch bool
 }
 
 // reclaimHook, when a test sets it, is called after a pass planned its
@@ -327,10 +330,8 @@ func (s *Store) deadBlocks(r reclaimRun, held map[uint64]bool) (dead []deadBlock
 				if err != nil {
 					return fmt.Errorf("inode %d block %d in layer %s: %w", ino, blk, l, err)
 				}
-				if ref.Home == "" && kept[ref.Slot] {
-					ref.Home = l // its content stays: a record above keeps it there
-				}
-				dead = append(dead, deadBlock{layer: l, ino: ino, blk: blk, ref: ref, raw: raw})
+				punch := ref.Home == "" && !kept[ref.Slot]
+				dead = append(dead, deadBlock{layer: l, ino: ino, blk: blk, ref: ref, raw: raw, punch: punch})
 				return nil
 			})
 			if err != nil {
@@ -452,7 +453,7 @@ func (s *Store) commitDead(dead []deadBlock) (int, error) {
 				if err := txn.Delete(keyHash(d.layer, d.ino, d.blk)); err != nil {
 					return err
 				}
-				if d.ref.Home == "" {
+				if d.punch {
 					v := binary.AppendUvarint(nil, d.ref.Slot)
 					v = binary.AppendUvarint(v, uint64(d.ref.capPages()))
 					if err := txn.Set(keyPunch(d.layer, d.ino, d.blk), v); err != nil {
