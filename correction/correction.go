@@ -293,21 +293,11 @@ func (m *Manager) Create(name string, o CreateOptions) (Plan, error) {
 // the applies a crash interrupted (see Apply); one that cannot be finished
 // is listed as applying, and Get says why.
 func (m *Manager) List() ([]Plan, error) {
-	var pending []string
-	err := m.store.View(func(tx *layers.Txn) error {
-		return tx.Scan("x/plan/apply/", func(key string, _ []byte) error {
-			pending = append(pending, strings.TrimPrefix(key, "x/plan/apply/"))
-			return nil
-		})
-	})
-	for _, id := range pending {
-		_ = m.recoverApply(id)
-	}
 	out := []Plan{}
-	if err != nil {
+	if err := m.recoverApplies(); err != nil {
 		return out, err
 	}
-	err = m.store.View(func(tx *layers.Txn) error {
+	err := m.store.View(func(tx *layers.Txn) error {
 		return tx.Scan("x/plan/p/", func(key string, _ []byte) error {
 			p, err := getPlan(tx, strings.TrimPrefix(key, "x/plan/p/"))
 			if err != nil {
@@ -319,6 +309,22 @@ func (m *Manager) List() ([]Plan, error) {
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, err
+}
+
+// recoverApplies finishes the applies a crash interrupted (see Apply), as
+// far as they can be finished.
+func (m *Manager) recoverApplies() error {
+	var pending []string
+	err := m.store.View(func(tx *layers.Txn) error {
+		return tx.Scan("x/plan/apply/", func(key string, _ []byte) error {
+			pending = append(pending, strings.TrimPrefix(key, "x/plan/apply/"))
+			return nil
+		})
+	})
+	for _, id := range pending {
+		_ = m.recoverApply(id)
+	}
+	return err
 }
 
 // resolve finds a plan's id by full id, unique id prefix of 6+ characters
@@ -719,18 +725,30 @@ func (m *Manager) taggedCheckpoints(sandbox string, mine map[string]bool) ([]che
 // or revert to any of them, so retention keeps them
 // (checkpoint.Manager.PruneHolding). Completing or applying a plan lets
 // them go.
+//
+// It reads the plans' records only, not their decisions, which it does not
+// need (List would read every one).
 func (m *Manager) Held(sandbox string) (map[string]bool, error) {
-	plans, err := m.List()
+	mine := map[string]bool{}
+	err := m.recoverApplies()
+	if err == nil {
+		err = m.store.View(func(tx *layers.Txn) error {
+			return tx.Scan("x/plan/p/", func(key string, _ []byte) error {
+				r, err := readRecord(tx, strings.TrimPrefix(key, "x/plan/p/"))
+				if err != nil {
+					return err
+				}
+				if r.Sandbox == sandbox && !r.Applied && r.Status == StatusOpen {
+					r.tags(mine)
+				}
+				return nil
+			})
+		})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("plans of %s: %w", sandbox, err)
 	}
 	held := map[string]bool{}
-	mine := map[string]bool{}
-	for _, p := range plans {
-		if p.Sandbox == sandbox && !p.Applied && p.Status == StatusOpen {
-			p.tags(mine)
-		}
-	}
 	if len(mine) == 0 {
 		return held, nil
 	}

@@ -98,8 +98,8 @@ func (s *Store) reclaimShadowed() (int, int64, error) {
 	if err != nil {
 		return 0, freed, err
 	}
-	held := s.heldInodes()
-	runs, err := s.reclaimRuns()
+	held, tops := s.viewsNow()
+	runs, err := s.reclaimRuns(tops)
 	if err != nil {
 		return 0, freed, err
 	}
@@ -141,10 +141,13 @@ func (s *Store) reclaimShadowed() (int, int64, error) {
 	return dropped, freed + n, err
 }
 
-// heldInodes lists the inodes some open view (a mount or a snapshot)
-// holds: their handles may read blocks no stack shows.
-func (s *Store) heldInodes() map[uint64]bool {
-	held := map[uint64]bool{}
+// viewsNow reads, under each open view's lock (a mount or a snapshot),
+// the inodes it holds, whose handles may read blocks no stack shows, and
+// the top of its stack, which a pass keeps as it is (a snapshot reads its
+// stack as it is). A view changes them under its lock, which a
+// transaction must not wait for: they are read before.
+func (s *Store) viewsNow() (held map[uint64]bool, tops []string) {
+	held = map[uint64]bool{}
 	for _, v := range s.openViews() {
 		v.mu.Lock()
 		for _, m := range []map[uint64]*inodeState{v.inodes, v.zombies, v.tmps} {
@@ -155,25 +158,19 @@ func (s *Store) heldInodes() map[uint64]bool {
 		for ino := range v.opens {
 			held[ino] = true
 		}
-		v.mu.Unlock()
-	}
-	return held
-}
-
-// reclaimRuns reads the tree of the layers collections keep and lists its
-// runs that a pass has not gone through against their present top.
-func (s *Store) reclaimRuns() ([]reclaimRun, error) {
-	// Open snapshots read the stack of their top layer as it is. (A view
-	// changes its stack under its lock: read it there, and before the
-	// transaction, which a view's lock must not wait inside.)
-	var tops []string
-	for _, v := range s.openViews() {
-		v.mu.Lock()
 		if len(v.stack) > 0 {
 			tops = append(tops, v.stack[0])
 		}
 		v.mu.Unlock()
 	}
+	return held, tops
+}
+
+// reclaimRuns reads the tree of the layers collections keep (the stacks
+// of the sandboxes' heads, the pinned layers and the open views' tops)
+// and lists its runs that a pass has not gone through against their
+// present top.
+func (s *Store) reclaimRuns(tops []string) ([]reclaimRun, error) {
 	var runs []reclaimRun
 	err := s.view(func(txn *badger.Txn) error {
 		roots, sbs, err := stackRootsAndSandboxes(txn)
