@@ -833,6 +833,11 @@ func (m *Manager) Apply(ref string) (ApplyResult, error) {
 	}
 	cs := diffTrees(baseState, baseOrder, liveState, liveOrder)
 	if len(cs.changes) == 0 && len(cs.deleted) == 0 {
+		// Another apply of the plan (another process) may have written
+		// the base since the plan was read: that is what to report.
+		if _, err := m.prepare(ref); err != nil {
+			return ApplyResult{}, err
+		}
 		return ApplyResult{}, fmt.Errorf("apply %s: sandbox %s has no changes against its base %s: %w", p.Name, p.Sandbox, info.Base, ErrNothingToApply)
 	}
 	origins, err := m.store.BaseOrigins(p.Sandbox)

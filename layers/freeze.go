@@ -263,8 +263,8 @@ func settleBelow(st *inodeState) {
 // durable (ok) and closes the file.
 func (v *View) holdFreedLocked() func(ok bool) {
 	layer := v.activeLayer()
-	f, freed, durable := v.files[layer], v.takeFreedLocked(), v.punchable
-	v.punchable = nil
+	f, freed, durable := v.files[layer], append(v.takeFreedLocked(), v.moved...), append(v.punchable, v.reuse...)
+	v.moved, v.punchable, v.reuse, v.reusePages = nil, nil, nil, 0
 	delete(v.files, layer)
 	return func(ok bool) {
 		if f == nil {

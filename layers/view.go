@@ -211,8 +211,19 @@ type View struct {
 	// durable: the journal loop gives their space back, so an fsync(2)
 	// does not wait for the hole punching.
 	punchable []slotSpan
-	punchReq  chan struct{}
-	punchSoon bool // a punch-hole freed slots: the next Sync punches them itself
+	// moved are slots of the active layer a write moved its block out
+	// of (a copy-up of a sealed block, a slot grown): freed, and kept for
+	// reuse once that is durable, where freed slots are punched.
+	moved []slotSpan
+	// reuse are moved slots whose freeing is durable and that no reader
+	// can be in (Sync took them under ioMu): a copy-up takes one before
+	// growing the data file (takeSlotLocked). At most reuseMaxPages;
+	// they are punched once the writer pauses (idleSync) and when the
+	// view leaves the layer.
+	reuse      []slotSpan
+	reusePages uint64
+	punchReq   chan struct{}
+	punchSoon  bool // a punch-hole freed slots: the next Sync punches them itself
 	// removed: a removal, truncate or punch freed slots since the journal
 	// loop last looked; it syncs soon so that df shows the space again
 	// (slots a write superseded wait for the 5 s sync: a write that syncs
@@ -429,7 +440,8 @@ func (v *View) restackLocked(stack []string, changed *changedKeys) error {
 		}()
 	}
 	v.baseLRU = lru
-	v.freed, v.punchable, v.punchSoon = nil, nil, false
+	v.freed, v.moved, v.punchable, v.punchSoon = nil, nil, nil, false
+	v.reuse, v.reusePages = nil, 0
 	v.stack = stack
 	v.zombies = map[uint64]*inodeState{}
 	v.gone = map[uint64]uint64{}
@@ -491,6 +503,11 @@ func (v *View) Close() error {
 	<-v.stopped
 	v.punchPending()
 	v.mu.Lock()
+	if len(v.reuse) > 0 && len(v.stack) > 0 {
+		// Nothing is written any more: the slots kept for reuse go too.
+		v.punchLocked(v.files[v.activeLayer()], v.reuse)
+		v.reuse, v.reusePages = nil, 0
+	}
 	v.closed = true
 	for _, sp := range v.spares {
 		sp.f.Close()
@@ -598,6 +615,9 @@ func (v *View) loop() {
 				v.keepIdleDelta()
 			}
 			v.punchPending()
+			if !keepReuseWhenIdle {
+				v.punchReuse()
+			}
 		case <-freeing:
 			freeing = nil
 			_ = v.Sync()
@@ -1077,7 +1097,8 @@ func (v *View) Sync() error {
 	sealed := v.jqueued // the last operation this Sync's data sync covers
 	v.jmu.Unlock()
 	f := v.files[v.activeLayer()]
-	freed := v.takeFreedLocked()
+	freed, moved := v.takeFreedLocked(), v.moved
+	v.moved = nil
 	gen := v.dataGen
 	dataToSync := v.dataSynced < gen
 	v.mu.Unlock()
@@ -1102,7 +1123,7 @@ func (v *View) Sync() error {
 		case errors.Is(err, os.ErrClosed) && v.movedOn(f):
 		default:
 			v.releaseJournal(hold)
-			v.keepFreed(f, freed)
+			v.keepFreed(f, append(freed, moved...))
 			return err
 		}
 	}
@@ -1111,16 +1132,17 @@ func (v *View) Sync() error {
 	err = v.commitThroughLocked(sealed)
 	v.cmu.Unlock()
 	if err != nil {
-		v.keepFreed(f, freed)
+		v.keepFreed(f, append(freed, moved...))
 		return err
 	}
 	if err := v.s.Sync(); err != nil {
-		v.keepFreed(f, freed)
+		v.keepFreed(f, append(freed, moved...))
 		return err
 	}
 	v.mu.Lock()
 	now := false
-	if len(freed) > 0 && !v.closed && v.files[v.activeLayer()] == f {
+	if len(freed)+len(moved) > 0 && !v.closed && v.files[v.activeLayer()] == f {
+		freed = append(freed, v.keepForReuseLocked(moved)...)
 		v.punchable = append(v.punchable, freed...)
 		now, v.punchSoon = v.punchSoon, false
 		if !now && len(v.punchable) >= punchBatch {
@@ -1199,6 +1221,23 @@ func (v *View) releaseJournal(at uint64) {
 // runs; in batches, runs of adjacent slots go in one call.
 const punchBatch = 64
 
+// keepForReuseLocked keeps moved slots for reuse (View.reuse) up to
+// reuseMaxPages and returns the others, which are punched. They come from
+// a Sync, whose commit freeing them is durable, and which took them under
+// ioMu: the readers that resolved them before they were freed are done.
+func (v *View) keepForReuseLocked(moved []slotSpan) []slotSpan {
+	var rest []slotSpan
+	for _, sp := range moved {
+		if v.reusePages+sp.n > reuseMaxPages {
+			rest = append(rest, sp)
+			continue
+		}
+		v.reuse = append(v.reuse, sp)
+		v.reusePages += sp.n
+	}
+	return rest
+}
+
 // keepFreed gives slots freed in data file f back to the view after a
 // sync that failed, so a later one punches them; if the view moved to
 // another stack meanwhile, the space stays until the layer is collected.
@@ -1245,6 +1284,27 @@ func (v *View) takeFreedLocked() []slotSpan {
 	freed := v.freed
 	v.freed = nil
 	return freed
+}
+
+// keepReuseWhenIdle, set by a test, keeps the slots kept for reuse
+// across a pause of the writer, so the test decides when they are taken.
+var keepReuseWhenIdle bool
+
+// punchReuse gives the slots kept for reuse back to the file system: the
+// writer paused, and df should show the space again. No reader can be in
+// them (View.reuse).
+func (v *View) punchReuse() {
+	v.mu.Lock()
+	slots := v.reuse
+	v.reuse, v.reusePages = nil, 0
+	var f *os.File
+	if !v.closed && len(v.stack) > 0 {
+		f = v.files[v.activeLayer()]
+	}
+	v.mu.Unlock()
+	if len(slots) > 0 {
+		v.punchLocked(f, slots)
+	}
 }
 
 // punchLocked gives the space of freed slots of data file f back to the
