@@ -322,7 +322,8 @@ func TestFsyncAfterADataSyncFailure(t *testing.T) {
 	_, err = g.Write([]byte("not stored"))
 	mustNil(t, "write", err)
 	restore := sb.store.InjectFault(func(op, key string) error {
-		if op == "datasync" {
+		// Every sync of the disk: the intent log's, then the data file's.
+		if op == "datasync" || op == "walsync" {
 			return errors.New("disk failed")
 		}
 		return nil

@@ -164,6 +164,14 @@ func Open(dir string) (*Store, error) {
 		lockf.Close()
 		return nil, fmt.Errorf("store %s: open metadata: %w", abs, mapOSErr(err))
 	}
+	// What the intent logs of mounted sandboxes hold goes in first (with
+	// the store's own log flush): the inode lease may move past the
+	// numbers they hold.
+	if err := (&Store{dir: abs, db: db, vlogBytes: -1}).recoverWALs(); err != nil {
+		db.Close()
+		lockf.Close()
+		return nil, fmt.Errorf("store %s: %w", abs, err)
+	}
 	seq, err := openInoSeq(db)
 	if err != nil {
 		db.Close()
@@ -560,10 +568,18 @@ func (s *Store) RemoveSandbox(name string) error {
 				return err
 			}
 		}
+		if err := txn.Delete(keyWal(name)); err != nil {
+			return err
+		}
 		return txn.Delete(keySandbox(name))
 	})
 	if err != nil {
 		return err
+	}
+	// After the record: a log left without its sandbox is removed when
+	// the store opens.
+	if err := os.Remove(s.walPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("sandbox %s: intent log: %w", name, mapOSErr(err))
 	}
 	_, err = s.CollectGarbage()
 	return err

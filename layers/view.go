@@ -248,10 +248,25 @@ type View struct {
 	closed   bool
 	snapshot bool // opened by OpenSnapshot: no journal loop, not registered
 
-	cmu     sync.Mutex // serialises journal commits, so they land in order
-	jmu     sync.Mutex // protects pending, jerr, dataErr, jqueued, jdone and holds
-	pending [][]kv     // the last len(pending) operations queued, in order
-	jerr    error
+	cmu sync.Mutex // serialises journal commits, so they land in order
+	// wal is the intent log of a read-write view (wal.go), under cmu;
+	// nil when it could not be opened. walSeq is the number of the last
+	// commit of the journal, walSynced the number up to which the data
+	// of the log's records is synced in the data files, walData the last
+	// record that carried data, and walUnlogged the store's commit count
+	// after the last commit of the view's records that has no record (a
+	// freeze's, a repoint's): the log serves a Sync only once that is
+	// durable.
+	wal                                   *walLog
+	walSeq, walSynced, walData, walUnlogd atomic.Uint64
+	walOn                                 atomic.Bool   // wal.usable, read without cmu
+	fullSyncs                             atomic.Uint64 // Syncs that synced the data file and badger's log
+	// sealedNow are the slots the last seal sealed (sealLocked): a Sync
+	// through the intent log writes their pages into it.
+	sealedNow []slotSpan
+	jmu       sync.Mutex // protects pending, jerr, dataErr, jqueued, jdone and holds
+	pending   [][]kv     // the last len(pending) operations queued, in order
+	jerr      error
 	// dataErr is the data sync that failed (syncData): no record is
 	// committed from then on.
 	dataErr error
@@ -333,6 +348,7 @@ func (s *Store) OpenView(name string, readOnly bool) (*View, error) {
 		}
 		v.pre.complete = empty
 		v.spareReq <- struct{}{}
+		_ = v.openWAL() // without it, every Sync is a full one
 	}
 	s.views[name] = v
 	go v.loop()
@@ -496,7 +512,10 @@ func (v *View) Close() error {
 		return nil
 	}
 	v.mu.Unlock()
-	err := v.Sync()
+	err := v.sync(false)
+	if cerr := v.closeWAL(err == nil); err == nil {
+		err = cerr
+	}
 	if !v.snapshot {
 		close(v.stop)
 	}
@@ -611,7 +630,10 @@ func (v *View) loop() {
 			if idleSyncHook != nil {
 				idleSyncHook(v)
 			}
-			if v.Sync() == nil {
+			if loopSyncsOff {
+				continue
+			}
+			if v.sync(false) == nil {
 				v.keepIdleDelta()
 			}
 			v.punchPending()
@@ -620,7 +642,10 @@ func (v *View) loop() {
 			}
 		case <-freeing:
 			freeing = nil
-			_ = v.Sync()
+			if loopSyncsOff {
+				continue
+			}
+			_ = v.sync(false)
 			v.punchPending()
 		case <-v.punchReq:
 			v.punchPending()
@@ -629,7 +654,10 @@ func (v *View) loop() {
 			// records may reach the disk only after their data (Sync
 			// orders it): a record naming a slot whose data a power cut
 			// lost would read as damage, not as the older content.
-			_ = v.Sync()
+			if loopSyncsOff {
+				continue
+			}
+			_ = v.sync(false)
 			v.punchPending()
 		}
 	}
@@ -648,6 +676,10 @@ const freeDelay = 20 * time.Millisecond
 // after its seal moves to a new slot (a copy of the pages it holds) and
 // each pause costs a data and a log flush, as the 5 s sync does.
 const idleSync = 100 * time.Millisecond
+
+// loopSyncsOff, set by a test, keeps the journal loop from syncing on its
+// own, so that the test knows the last full sync (a power cut's image).
+var loopSyncsOff bool
 
 // idleSyncHook, when a test sets it, runs before each sync the idle timer
 // starts.
@@ -915,38 +947,68 @@ func (v *View) commitThroughLocked(through uint64) error {
 		return err
 	}
 	ops, upto := v.takeJournal(through)
-	for i := 0; i < len(ops); {
-		txn := v.s.db.NewTransaction(true)
-		j := i
-		var err error
-		for ; j < len(ops); j++ {
-			if err = applyOp(txn, ops[j]); err != nil {
-				break
+	if err := v.commitOpsLocked(ops, 0); err != nil {
+		return err
+	}
+	v.journalDone(upto)
+	return nil
+}
+
+// commitOpsLocked commits operations taken from the journal, in order,
+// several per transaction but never splitting one; what it could not
+// commit goes back to the journal. With seq 0, each transaction is a
+// commit of its own with the next number, whose record it appends to the
+// intent log (unsynced); else the operations are record seq, already in
+// the log, and the last transaction stores that number.
+func (v *View) commitOpsLocked(ops [][]kv, seq uint64) error {
+	all := ops
+	if seq != 0 && v.wal != nil {
+		// The number goes in as one more operation, after the others.
+		all = append(ops[:len(ops):len(ops)], []kv{v.walMarkKV(seq)})
+	}
+	perTxn := seq == 0 && v.wal != nil
+	for i := 0; i < len(all); {
+		n := v.walSeq.Load() + 1
+		fill := func(txn *badger.Txn, to int) (int, error) {
+			if perTxn {
+				m := v.walMarkKV(n)
+				if err := txn.Set(m.key, m.val); err != nil {
+					return i, err
+				}
 			}
+			for k := i; k < to; k++ {
+				if err := applyOp(txn, all[k]); err != nil {
+					return k, err
+				}
+			}
+			return to, nil
 		}
+		txn := v.s.db.NewTransaction(true)
+		j, err := fill(txn, len(all))
 		if errors.Is(err, badger.ErrTxnTooBig) && j > i {
 			txn.Discard()
 			txn = v.s.db.NewTransaction(true)
-			err = nil
-			for k := i; k < j && err == nil; k++ {
-				err = applyOp(txn, ops[k])
-			}
+			j, err = fill(txn, j)
 		}
 		if err == nil {
 			err = txn.Commit()
 		}
 		txn.Discard()
-		if err == nil {
-			v.s.commits.Add(1)
-		}
 		if err != nil {
 			err = mapOSErr(err)
-			v.putBackJournal(ops[i:], err)
+			v.putBackJournal(ops[min(i, len(ops)):], err)
 			return fmt.Errorf("commit journal: %w", err)
+		}
+		v.s.commits.Add(1)
+		if perTxn {
+			v.walSeq.Store(n)
+			v.walAppendLocked(n, all[i:j])
 		}
 		i = j
 	}
-	v.journalDone(upto)
+	if seq != 0 {
+		v.walSeq.Store(seq)
+	}
 	return nil
 }
 
@@ -1035,6 +1097,14 @@ func (v *View) prepareWithJournalLocked(fn journalFunc) *prepared {
 			return p
 		}
 	}
+	if v.wal != nil {
+		// The transaction holds every record, and the quiesce syncs the
+		// data of every one: nothing of the intent log is to replay.
+		seq := v.walSeq.Load()
+		if p.err = p.txn.Set(keyWal(v.info.Name), encodeWalMark(seq, seq)); p.err != nil {
+			return p
+		}
+	}
 	p.err = fn(p.txn, len(p.ops) > 0)
 	return p
 }
@@ -1051,7 +1121,8 @@ func (p *prepared) commit() error {
 	}
 	p.txn.Discard()
 	if err == nil {
-		p.v.s.commits.Add(1)
+		p.v.walUnlogd.Store(p.v.s.commits.Add(1))
+		p.v.walSynced.Store(p.v.walSeq.Load())
 		p.v.journalDone(p.upto)
 		return nil
 	}
@@ -1060,7 +1131,23 @@ func (p *prepared) commit() error {
 		return cerr
 	}
 	if errors.Is(err, errNeedsJournal) || errors.Is(err, badger.ErrTxnTooBig) || errors.Is(err, badger.ErrConflict) {
-		return p.v.s.update(func(txn *badger.Txn) error { return p.fn(txn, false) })
+		v := p.v
+		err := v.s.update(func(txn *badger.Txn) error {
+			if v.wal != nil {
+				// As in the prepared transaction: the quiesce syncs
+				// the data of every record.
+				seq := v.walSeq.Load()
+				if err := txn.Set(keyWal(v.info.Name), encodeWalMark(seq, seq)); err != nil {
+					return err
+				}
+			}
+			return p.fn(txn, false)
+		})
+		if err == nil {
+			v.walUnlogd.Store(v.s.commits.Load())
+			v.walSynced.Store(v.walSeq.Load())
+		}
+		return err
 	}
 	return mapOSErr(err)
 }
@@ -1075,7 +1162,13 @@ func (p *prepared) abandon() {
 // Sync seals every written block, makes the data durable, commits the
 // journal and syncs the metadata store. After it returns, a crash of any
 // kind keeps what was written before.
-func (v *View) Sync() error {
+func (v *View) Sync() error { return v.sync(true) }
+
+// sync is Sync; logged lets it go through the intent log (wal.go), which
+// makes the changes durable in one device flush and leaves the data file
+// and badger's log to a later sync: the journal loop's and Close's syncs
+// are full ones.
+func (v *View) sync(logged bool) error {
 	if v.ro {
 		return nil
 	}
@@ -1101,6 +1194,13 @@ func (v *View) Sync() error {
 	v.moved = nil
 	gen := v.dataGen
 	dataToSync := v.dataSynced < gen
+	// The records whose data a data sync from here covers.
+	covers := v.walSeq.Load()
+	var segs []walSeg
+	var sizes []walMinSize
+	if err == nil && logged {
+		segs, sizes, logged = v.walSealedLocked(f, dataToSync)
+	}
 	v.mu.Unlock()
 	v.ioMu.Unlock()
 	if err != nil {
@@ -1109,6 +1209,11 @@ func (v *View) Sync() error {
 	}
 	if syncGapHook != nil {
 		syncGapHook(v)
+	}
+	if logged && v.syncLogged(sealed, segs, sizes) {
+		v.releaseJournal(hold)
+		v.freedDurable(f, freed, moved)
+		return nil
 	}
 	if f != nil && dataToSync {
 		// A freeze or rollback may close f meanwhile (Sync holds no lock
@@ -1120,6 +1225,7 @@ func (v *View) Sync() error {
 			v.mu.Lock()
 			v.dataSynced = max(v.dataSynced, gen)
 			v.mu.Unlock()
+			v.walCovered(covers)
 		case errors.Is(err, os.ErrClosed) && v.movedOn(f):
 		default:
 			v.releaseJournal(hold)
@@ -1130,6 +1236,7 @@ func (v *View) Sync() error {
 	v.releaseJournal(hold)
 	v.cmu.Lock()
 	err = v.commitThroughLocked(sealed)
+	committed := v.walSeq.Load()
 	v.cmu.Unlock()
 	if err != nil {
 		v.keepFreed(f, append(freed, moved...))
@@ -1139,6 +1246,16 @@ func (v *View) Sync() error {
 		v.keepFreed(f, append(freed, moved...))
 		return err
 	}
+	v.restartWALAfter(committed)
+	v.fullSyncs.Add(1)
+	v.freedDurable(f, freed, moved)
+	return nil
+}
+
+// freedDurable takes the slots of data file f a Sync freed once their
+// freeing is durable: those a write moved out of are kept for reuse (up
+// to reuseMaxPages), the others punched.
+func (v *View) freedDurable(f *os.File, freed, moved []slotSpan) {
 	v.mu.Lock()
 	now := false
 	if len(freed)+len(moved) > 0 && !v.closed && v.files[v.activeLayer()] == f {
@@ -1156,7 +1273,6 @@ func (v *View) Sync() error {
 	if now {
 		v.punchPending()
 	}
-	return nil
 }
 
 // syncData makes data file f durable for a seal whose records name it.
@@ -1355,6 +1471,7 @@ func (v *View) reserveForSealLocked() error {
 // written in place again: the next write copies it to a new slot, so a
 // crash cannot leave a block whose data disagrees with its checksums.
 func (v *View) sealLocked() error {
+	v.sealedNow = v.sealedNow[:0]
 	if v.ro || len(v.dirty) == 0 {
 		return nil
 	}
@@ -1385,6 +1502,7 @@ func (v *View) sealLocked() error {
 			if !ref.sealed() {
 				st.allocKnown = false // a page of zeros is a hole now
 				ref.open, ref.dirty, ref.zero = false, nil, nil
+				v.sealedNow = append(v.sealedNow, ref.span())
 			}
 			op = append(op, kv{key: keyBlock(act, ino, b), val: encodeBlockRef(*ref)})
 		}

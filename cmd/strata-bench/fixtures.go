@@ -32,6 +32,7 @@ type sizes struct {
 	TarFiles      int // untar: files in the tarball
 	GoPkgs        int // go-build: packages
 	GoFiles       int // go-build: files per package
+	FsyncOps      int // fsync-loop: write+fsync rounds
 }
 
 func scaledSizes(scale float64) sizes {
@@ -52,6 +53,7 @@ func scaledSizes(scale float64) sizes {
 		TarFiles:      countAt(5000, 50),
 		GoPkgs:        countAt(200, 4),
 		GoFiles:       3,
+		FsyncOps:      countAt(2000, 100),
 	}
 }
 
@@ -109,6 +111,7 @@ const (
 	idSmall    = 4 // small-write-1g-base's 4 KiB
 	idRandW    = 5 // rand-4k's writes (plus the op number << 32)
 	idFiles    = 6 // small-files' content (plus the file number << 32)
+	idFsync    = 7 // fsync-loop's file
 )
 
 // writeDataFile writes size bytes of file id to path.

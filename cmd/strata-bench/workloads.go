@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -101,6 +102,14 @@ var workloads = []*workload{
 		},
 		fixture: func(s sizes) fixture { return goModFixture(s.GoPkgs, s.GoFiles) },
 		run:     runGoBuild,
+	},
+	{
+		name: "fsync-loop",
+		about: func(s sizes) string {
+			return fmt.Sprintf("%d rounds of a 100-byte pwrite at a random 4 KiB page of a new 256 KiB file and fsync (a database's or an editor's pattern)", s.FsyncOps)
+		},
+		fixture: func(sizes) fixture { return emptyFixture() },
+		run:     runFsyncLoop,
 	},
 	{
 		name: "small-write-1g-base",
@@ -470,4 +479,49 @@ func runSmallWrite(_ context.Context, e *env) ([]sample, error) {
 		return nil, fmt.Errorf("read back: %w", err)
 	}
 	return []sample{{dur: d}}, nil
+}
+
+// runFsyncLoop: what a database commit or an editor's save costs, one
+// durable small write at a time.
+func runFsyncLoop(_ context.Context, e *env) ([]sample, error) {
+	const size = 256 * kib
+	path := filepath.Join(e.root, "fsync.db")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	want := make([]byte, size)
+	fillData(want, idFsync, 0)
+	if _, err := f.WriteAt(want, 0); err != nil {
+		return nil, err
+	}
+	if err := f.Sync(); err != nil {
+		return nil, fmt.Errorf("fsync: %w", err)
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	rec := make([]byte, 100)
+	start := time.Now()
+	for i := 0; i < e.sz.FsyncOps; i++ {
+		off := int64(rng.IntN(size/sector))*sector + int64(rng.IntN(sector-len(rec)))
+		for j := range rec {
+			rec[j] = byte(i + j)
+		}
+		if _, err := f.WriteAt(rec, off); err != nil {
+			return nil, err
+		}
+		copy(want[off:], rec)
+		if err := f.Sync(); err != nil {
+			return nil, fmt.Errorf("fsync: %w", err)
+		}
+	}
+	d := time.Since(start)
+	got := make([]byte, size)
+	if _, err := f.ReadAt(got, 0); err != nil {
+		return nil, fmt.Errorf("read back: %w", err)
+	}
+	if !bytes.Equal(got, want) {
+		return nil, errors.New("read back: the file differs from what was written")
+	}
+	return []sample{{dur: d, amount: float64(e.sz.FsyncOps), unit: "fsyncs/s"}}, nil
 }

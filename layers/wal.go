@@ -1,0 +1,790 @@
+package layers
+
+// The intent log: an fsync(2) in one device flush.
+//
+// A Sync that syncs the data file and then badger's log makes two device
+// flushes in a row, and they must come in that order (a record that
+// reached the disk before its data would read as damage). A mounted
+// sandbox therefore keeps an intent log, wal/<sandbox> in the store: a
+// file written full of zeros once, so that writing over it allocates
+// nothing and its fdatasync is a data write and one flush. Every journal
+// commit of the view appends what it committed (a record, unsynced); a
+// Sync with little sealed data (walMaxData) appends the sealed blocks'
+// pages with their records, fdatasyncs the log, and only then commits
+// the records to badger, whose log and the data file are synced later
+// (the idle sync, the 5 s tick, a checkpoint, an unmount).
+//
+// Records carry a number (seq) and the cycle they belong to: the log is
+// written from its start again (a new cycle) once a Sync made the data
+// files and badger's log durable with nothing committed meanwhile. Every
+// commit stores, under w/<sandbox>, the number of its record and the
+// number up to which the records' data is synced in the data files. On
+// opening the store, the records of the cycle that follow one another
+// from the log's start are read: the data of those past the synced
+// number is written into the data files again (the same bytes into the
+// same slots, so it does no harm where it is already there: a slot that
+// is written again without a record is first freed by a commit that a
+// later record or badger holds), and the operations of those past the
+// committed number are committed again, in order.
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// walSize is the intent log's size; a record that does not fit makes
+	// that Sync a full one, after which the log starts again.
+	walSize = 4 << 20
+	// walMaxData bounds the sealed data a Sync writes into the log;
+	// more is synced in the data file itself.
+	walMaxData = 256 << 10
+	walMagic   = 0x4c415753 // "SWAL"
+	// walHeader: magic, payload length, cycle, seq, checksum.
+	walHeader = 4 + 4 + 8 + 8 + 4
+)
+
+var walTable = crc32.MakeTable(crc32.Castagnoli)
+
+// tWal keys w/<sandbox>: the last record committed and the last whose
+// data is synced (two big-endian uint64).
+const tWal = 'w'
+
+func keyWal(sandbox string) []byte { return append([]byte{tWal, '/'}, sandbox...) }
+
+func (s *Store) walPath(sandbox string) string { return filepath.Join(s.dir, "wal", sandbox) }
+
+// walSeg is data to write into a layer's data file at off.
+type walSeg struct {
+	layer string
+	off   int64
+	data  []byte
+}
+
+// walSize is the size a layer's data file has at least.
+type walMinSize struct {
+	layer string
+	size  int64
+}
+
+// walRec is one record of the intent log.
+type walRec struct {
+	cycle, seq uint64
+	ops        [][]kv
+	segs       []walSeg
+	sizes      []walMinSize
+}
+
+// errWalEnd: no valid record at this place of the log.
+var errWalEnd = errors.New("end of the intent log")
+
+func appendBytes(b, p []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(p)))
+	return append(b, p...)
+}
+
+// encodeWalRec is r as the log holds it.
+func encodeWalRec(r walRec) []byte {
+	b := make([]byte, walHeader, walHeader+256)
+	b = binary.AppendUvarint(b, uint64(len(r.ops)))
+	for _, op := range r.ops {
+		b = binary.AppendUvarint(b, uint64(len(op)))
+		for _, e := range op {
+			if e.del {
+				b = append(b, 1)
+				b = appendBytes(b, e.key)
+				continue
+			}
+			b = append(b, 0)
+			b = appendBytes(b, e.key)
+			b = appendBytes(b, e.val)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.segs)))
+	for _, sg := range r.segs {
+		b = appendBytes(b, []byte(sg.layer))
+		b = binary.AppendUvarint(b, uint64(sg.off))
+		b = appendBytes(b, sg.data)
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.sizes)))
+	for _, sz := range r.sizes {
+		b = appendBytes(b, []byte(sz.layer))
+		b = binary.AppendUvarint(b, uint64(sz.size))
+	}
+	binary.LittleEndian.PutUint32(b[0:], walMagic)
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(b)-walHeader))
+	binary.LittleEndian.PutUint64(b[8:], r.cycle)
+	binary.LittleEndian.PutUint64(b[16:], r.seq)
+	binary.LittleEndian.PutUint32(b[24:], crc32.Checksum(b[8:24], walTable)^crc32.Checksum(b[walHeader:], walTable))
+	return b
+}
+
+// decodeWalRec reads the record at the start of b and how many bytes it
+// takes; errWalEnd when none is there (zeros, a torn or damaged one).
+func decodeWalRec(b []byte) (walRec, int, error) {
+	var r walRec
+	if len(b) < walHeader || binary.LittleEndian.Uint32(b) != walMagic {
+		return r, 0, errWalEnd
+	}
+	n := int(binary.LittleEndian.Uint32(b[4:]))
+	if n > len(b)-walHeader {
+		return r, 0, errWalEnd
+	}
+	payload := b[walHeader : walHeader+n]
+	if crc32.Checksum(b[8:24], walTable)^crc32.Checksum(payload, walTable) != binary.LittleEndian.Uint32(b[24:]) {
+		return r, 0, errWalEnd
+	}
+	r.cycle, r.seq = binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:])
+	d := decoder{b: payload}
+	bytesOf := func() []byte {
+		l := d.uvarint()
+		if d.err != nil || l > uint64(len(d.b)) {
+			d.err = ErrCorrupt
+			return nil
+		}
+		p := d.b[:l:l]
+		d.b = d.b[l:]
+		return p
+	}
+	count := func() int {
+		c := d.uvarint()
+		if d.err != nil || c > uint64(len(d.b)) {
+			d.err = ErrCorrupt
+			return 0
+		}
+		return int(c)
+	}
+	for range count() {
+		op := make([]kv, count())
+		for i := range op {
+			if len(d.b) == 0 {
+				d.err = ErrCorrupt
+				break
+			}
+			del := d.b[0]
+			d.b = d.b[1:]
+			switch del {
+			case 1:
+				op[i] = kv{key: bytesOf(), del: true}
+			case 0:
+				op[i] = kv{key: bytesOf()}
+				op[i].val = bytesOf()
+			default:
+				d.err = ErrCorrupt
+			}
+		}
+		r.ops = append(r.ops, op)
+	}
+	for range count() {
+		layer := string(bytesOf())
+		off := d.uvarint()
+		r.segs = append(r.segs, walSeg{layer: layer, off: int64(off), data: bytesOf()})
+		if off > MaxFileSize {
+			d.err = ErrCorrupt
+		}
+	}
+	for range count() {
+		layer := string(bytesOf())
+		size := d.uvarint()
+		r.sizes = append(r.sizes, walMinSize{layer: layer, size: int64(size)})
+		if size > MaxFileSize {
+			d.err = ErrCorrupt
+		}
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return walRec{}, 0, errWalEnd
+	}
+	for _, sg := range r.segs {
+		if !validLayerName(sg.layer) {
+			return walRec{}, 0, errWalEnd
+		}
+	}
+	for _, sz := range r.sizes {
+		if !validLayerName(sz.layer) {
+			return walRec{}, 0, errWalEnd
+		}
+	}
+	return r, walHeader + n, nil
+}
+
+// validLayerName: a layer id, which names a data file (no path).
+func validLayerName(s string) bool {
+	if s == "" || len(s) > maxHomeLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// walCycle reads the records of the log's current cycle that follow one
+// another from its start, record by record: a log whose start holds none
+// (a clean unmount zeroes it) costs one small read.
+func walCycle(r io.ReaderAt, size int64) []walRec {
+	var recs []walRec
+	var hdr [walHeader]byte
+	for off := int64(0); off+walHeader <= size; {
+		if _, err := r.ReadAt(hdr[:], off); err != nil {
+			break
+		}
+		n := int64(binary.LittleEndian.Uint32(hdr[4:]))
+		if binary.LittleEndian.Uint32(hdr[:]) != walMagic || n > size-off-walHeader {
+			break
+		}
+		b := make([]byte, walHeader+n)
+		if _, err := r.ReadAt(b, off); err != nil {
+			break
+		}
+		rec, _, err := decodeWalRec(b)
+		if err != nil {
+			break
+		}
+		if len(recs) > 0 && (rec.cycle != recs[0].cycle || rec.seq != recs[len(recs)-1].seq+1) {
+			break
+		}
+		recs = append(recs, rec)
+		off += walHeader + n
+	}
+	return recs
+}
+
+func encodeWalMark(committed, synced uint64) []byte {
+	b := binary.BigEndian.AppendUint64(nil, committed)
+	return binary.BigEndian.AppendUint64(b, synced)
+}
+
+func decodeWalMark(b []byte) (committed, synced uint64, err error) {
+	if len(b) != 16 {
+		return 0, 0, fmt.Errorf("intent log mark of %d bytes: %w", len(b), ErrCorrupt)
+	}
+	return binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), nil
+}
+
+// walMark reads sandbox's mark in txn; none is (0, 0).
+func walMark(txn *badger.Txn, sandbox string) (committed, synced uint64, err error) {
+	item, err := txn.Get(keyWal(sandbox))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	err = item.Value(func(v []byte) error {
+		committed, synced, err = decodeWalMark(v)
+		return err
+	})
+	return committed, synced, err
+}
+
+// recoverWALs replays the intent logs a process that held the store left
+// (see the top of this file), before anything reads the store. It runs
+// before the inode sequence is read: the lease is moved past every inode
+// number a replayed record holds.
+func (s *Store) recoverWALs() error {
+	walDir := filepath.Join(s.dir, "wal")
+	ents, err := os.ReadDir(walDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("intent logs: %w", mapOSErr(err))
+	}
+	for _, e := range ents {
+		if err := s.recoverWAL(e.Name()); err != nil {
+			return fmt.Errorf("intent log of %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) recoverWAL(sandbox string) error {
+	dir, db := s.dir, s.db
+	path := filepath.Join(dir, "wal", sandbox)
+	var committed, synced uint64
+	exists := false
+	err := db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(keySandbox(sandbox))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		exists = true
+		committed, synced, err = walMark(txn, sandbox)
+		return err
+	})
+	if errors.Is(err, ErrCorrupt) {
+		// What the log holds cannot be placed: it stays as it is (a
+		// view of the sandbox then syncs the full way), and the store
+		// opens with what badger and the data files hold.
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !exists {
+		// The sandbox was removed (its log goes after its record).
+		return mapOSErr(os.Remove(path))
+	}
+	lf, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return mapOSErr(err)
+	}
+	defer lf.Close()
+	fi, err := lf.Stat()
+	if err != nil {
+		return mapOSErr(err)
+	}
+	// Records past the committed one count only when they follow it: a
+	// cycle may begin past commits badger never made durable (the log
+	// serves no Sync until they are, but a record appended meanwhile may
+	// reach the disk).
+	var recs []walRec
+	next := committed + 1
+	for _, r := range walCycle(lf, fi.Size()) {
+		if r.seq > committed {
+			if r.seq != next {
+				break
+			}
+			next++
+		}
+		recs = append(recs, r)
+	}
+	last := next - 1
+	if last <= synced {
+		return clearWAL(lf) // every record's data is synced and committed
+	}
+	files := map[string]*os.File{}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	file := func(layer string) (*os.File, error) {
+		if f := files[layer]; f != nil {
+			return f, nil
+		}
+		// A layer that is gone keeps nothing (its data file is not made
+		// again); the active layer's data file may have been lost with
+		// the rename that made it.
+		err := db.View(func(txn *badger.Txn) error {
+			_, err := txn.Get(keyLayer(layer))
+			return err
+		})
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, mapOSErr(err)
+		}
+		f, err := os.OpenFile(filepath.Join(dir, "data", layer), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, mapOSErr(err)
+		}
+		files[layer] = f
+		return f, nil
+	}
+	for _, r := range recs {
+		if r.seq <= synced {
+			continue
+		}
+		for _, sz := range r.sizes {
+			f, err := file(sz.layer)
+			if err != nil {
+				return err
+			}
+			if f == nil {
+				continue
+			}
+			if fi, err := f.Stat(); err != nil {
+				return mapOSErr(err)
+			} else if fi.Size() < sz.size {
+				if err := f.Truncate(sz.size); err != nil {
+					return mapOSErr(err)
+				}
+			}
+		}
+		for _, sg := range r.segs {
+			f, err := file(sg.layer)
+			if err != nil {
+				return err
+			}
+			if f == nil {
+				continue
+			}
+			if _, err := f.WriteAt(sg.data, sg.off); err != nil {
+				return mapOSErr(err)
+			}
+		}
+	}
+	for _, f := range files {
+		if err := fdatasync(f); err != nil {
+			return mapOSErr(err)
+		}
+	}
+	var maxIno uint64
+	for _, r := range recs {
+		if r.seq <= committed {
+			continue
+		}
+		for _, op := range r.ops {
+			for _, e := range op {
+				if len(e.key) == 2+26+1+8 && e.key[0] == tInode && !e.del {
+					maxIno = max(maxIno, binary.BigEndian.Uint64(e.key[len(e.key)-8:]))
+				}
+			}
+		}
+		if err := replayWalRec(db, sandbox, r); err != nil {
+			return err
+		}
+	}
+	err = db.Update(func(txn *badger.Txn) error {
+		// Everything is in place: the next opening replays nothing.
+		if err := txn.Set(keyWal(sandbox), encodeWalMark(last, last)); err != nil {
+			return err
+		}
+		if maxIno == 0 {
+			return nil
+		}
+		item, err := txn.Get(inoSeqKey)
+		lease := uint64(0)
+		if err == nil {
+			err = item.Value(func(v []byte) error {
+				if len(v) == 8 {
+					lease = binary.BigEndian.Uint64(v)
+				}
+				return nil
+			})
+		}
+		if err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		if lease > maxIno {
+			return nil
+		}
+		return txn.Set(inoSeqKey, binary.BigEndian.AppendUint64(nil, maxIno+1))
+	})
+	if err != nil {
+		return mapOSErr(err)
+	}
+	if err := s.syncLogs(); err != nil {
+		return mapOSErr(err)
+	}
+	return clearWAL(lf)
+}
+
+// clearWAL zeroes the start of an intent log whose records are all in
+// place, so the next opening of the store finds none at once. It needs
+// no sync: records that stay are replayed no further than the mark says.
+func clearWAL(f *os.File) error {
+	var zero [walHeader]byte
+	_, err := f.WriteAt(zero[:], 0)
+	return mapOSErr(err)
+}
+
+// replayWalRec commits r's operations and its mark, in as many
+// transactions as they need (the mark in the last).
+func replayWalRec(db *badger.DB, sandbox string, r walRec) error {
+	ops := append(append([][]kv(nil), r.ops...), []kv{{key: keyWal(sandbox), val: encodeWalMark(r.seq, r.seq)}})
+	for i := 0; i < len(ops); {
+		txn := db.NewTransaction(true)
+		j := i
+		var err error
+		for ; j < len(ops); j++ {
+			if err = applyOp(txn, ops[j]); err != nil {
+				break
+			}
+		}
+		if errors.Is(err, badger.ErrTxnTooBig) && j > i {
+			// The operation that did not fit goes into the next one.
+			txn.Discard()
+			txn = db.NewTransaction(true)
+			err = nil
+			for k := i; k < j && err == nil; k++ {
+				err = applyOp(txn, ops[k])
+			}
+		}
+		if err == nil {
+			err = txn.Commit()
+		}
+		txn.Discard()
+		if err != nil {
+			return mapOSErr(err)
+		}
+		i = j
+	}
+	return nil
+}
+
+// walLog is a live view's intent log; guarded by the view's cmu.
+type walLog struct {
+	f     *os.File
+	off   int64
+	cycle uint64
+	// usable: the log is written full and every commit since the cycle
+	// began has its record; else Syncs are full ones until one lets the
+	// log start again.
+	usable bool
+	ready  bool // written full of zeros
+	dirty  bool // records were appended since the log's last sync
+}
+
+// newCycle is a cycle number not used before (random: the log's earlier
+// records need not be read to find one).
+func newCycle() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) | 1
+}
+
+// openWAL opens the view's intent log, creating it written full of zeros
+// (once per sandbox: a few milliseconds) when the file system has room
+// for it beyond the metadata reserve (checkSpace); without it every Sync
+// is a full one.
+func (v *View) openWAL() error {
+	if err := os.MkdirAll(filepath.Join(v.s.dir, "wal"), 0o700); err != nil {
+		return mapOSErr(err)
+	}
+	f, err := os.OpenFile(v.s.walPath(v.info.Name), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return mapOSErr(err)
+	}
+	fail := func(err error) error {
+		f.Close()
+		return err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fail(mapOSErr(err))
+	}
+	if fi.Size() < walSize {
+		var fs unix.Statfs_t
+		if err := unix.Fstatfs(int(f.Fd()), &fs); err != nil {
+			return fail(mapOSErr(err))
+		}
+		total, free := fs.Blocks*uint64(fs.Bsize), fs.Bavail*uint64(fs.Bsize)
+		if free < min(96<<20, total/4)+4*walSize {
+			return fail(fmt.Errorf("intent log: %w", ErrNoSpace))
+		}
+		if err := writeZeros(f, 0, walSize); err != nil {
+			return fail(mapOSErr(err))
+		}
+		if err := fdatasync(f); err != nil {
+			return fail(mapOSErr(err))
+		}
+	}
+	var committed uint64
+	if err := v.s.view(func(txn *badger.Txn) error {
+		var err error
+		committed, _, err = walMark(txn, v.info.Name)
+		return err
+	}); err != nil {
+		return fail(err)
+	}
+	v.wal = &walLog{f: f, ready: true}
+	// Opening the store replayed what a crash left, and synced it.
+	v.walSeq.Store(committed)
+	v.walSynced.Store(committed)
+	v.restartWALLocked()
+	return nil
+}
+
+// restartWALLocked starts a new cycle at the log's start. The caller holds
+// cmu, and every record of the old cycle is committed and its data synced.
+func (v *View) restartWALLocked() {
+	w := v.wal
+	if w == nil || !w.ready {
+		return
+	}
+	w.off, w.cycle, w.usable, w.dirty = 0, newCycle(), true, false
+	// The commits before the cycle have no record in it: the log serves
+	// a Sync once they are durable.
+	v.walUnlogd.Store(v.s.commits.Load())
+	v.walOn.Store(true)
+}
+
+// walAppendLocked appends the record of operations just committed as
+// number seq, unsynced. A log that cannot take it is not used until it
+// starts again.
+func (v *View) walAppendLocked(seq uint64, ops [][]kv) {
+	w := v.wal
+	if w == nil || !w.usable {
+		return
+	}
+	b := encodeWalRec(walRec{cycle: w.cycle, seq: seq, ops: ops})
+	if w.off+int64(len(b)) > walSize {
+		w.usable = false
+		v.walOn.Store(false)
+		return
+	}
+	if _, err := w.f.WriteAt(b, w.off); err != nil {
+		w.usable = false
+		v.walOn.Store(false)
+		return
+	}
+	w.off += int64(len(b))
+	w.dirty = true
+}
+
+// walMarkKV is the mark a commit of record seq stores.
+func (v *View) walMarkKV(seq uint64) kv {
+	return kv{key: keyWal(v.info.Name), val: encodeWalMark(seq, v.walSynced.Load())}
+}
+
+// closeWAL closes the intent log. When the caller synced everything
+// (synced), the mark says so, and nothing of the log is replayed.
+func (v *View) closeWAL(synced bool) error {
+	v.cmu.Lock()
+	defer v.cmu.Unlock()
+	w := v.wal
+	if w == nil {
+		return nil
+	}
+	v.wal = nil
+	v.walOn.Store(false)
+	defer w.f.Close()
+	if !synced {
+		return nil
+	}
+	seq := v.walSeq.Load()
+	if err := v.s.update(func(txn *badger.Txn) error {
+		return txn.Set(keyWal(v.info.Name), encodeWalMark(seq, seq))
+	}); err != nil {
+		return err
+	}
+	if err := v.s.Sync(); err != nil {
+		return err
+	}
+	return clearWAL(w.f)
+}
+
+// walSealedLocked decides, under ioMu and mu after a seal, whether a Sync
+// goes through the intent log, and reads what it writes there: the pages
+// of the slots the seal sealed, when data was written since the data
+// file's last sync (withData), and the size the data file must keep. A
+// seal with more than walMaxData of them syncs the data file instead.
+func (v *View) walSealedLocked(f *os.File, withData bool) ([]walSeg, []walMinSize, bool) {
+	if !v.walOn.Load() || f == nil {
+		return nil, nil, false
+	}
+	if !withData {
+		return nil, nil, true
+	}
+	total := 0
+	for _, sp := range v.sealedNow {
+		total += int(sp.n) * pageSize
+	}
+	if total > walMaxData {
+		return nil, nil, false
+	}
+	layer := v.activeLayer()
+	segs := make([]walSeg, 0, len(v.sealedNow))
+	buf := make([]byte, total)
+	for _, sp := range v.sealedNow {
+		data := buf[: int(sp.n)*pageSize : int(sp.n)*pageSize]
+		buf = buf[len(data):]
+		if n, err := f.ReadAt(data, int64(sp.at)*pageSize); err != nil && !(errors.Is(err, io.EOF) && n >= 0) {
+			return nil, nil, false
+		}
+		segs = append(segs, walSeg{layer: layer, off: int64(sp.at) * pageSize, data: data})
+	}
+	return segs, []walMinSize{{layer: layer, size: int64(v.nextPage) * pageSize}}, true
+}
+
+// syncLogged is Sync's commit through the intent log: the operations up
+// to sealed and the sealed data go into one record, the log is synced
+// (the one device flush), and then the operations are committed, the
+// data file and badger's log left to later syncs. It reports false when
+// the log cannot take them (not usable, too full, a commit of the view's
+// records outside it not durable yet, a write or a sync that failed) and
+// nothing it took was committed: the caller then syncs the full way.
+func (v *View) syncLogged(sealed uint64, segs []walSeg, sizes []walMinSize) bool {
+	v.cmu.Lock()
+	defer v.cmu.Unlock()
+	w := v.wal
+	if w == nil || !w.usable || v.walUnlogd.Load() > v.s.synced.Load() || v.dataFailed() != nil {
+		return false
+	}
+	ops, upto := v.takeJournal(sealed)
+	var rec []byte
+	seq := v.walSeq.Load() + 1
+	if len(ops) > 0 || len(segs) > 0 {
+		rec = encodeWalRec(walRec{cycle: w.cycle, seq: seq, ops: ops, segs: segs, sizes: sizes})
+	}
+	fail := func() bool {
+		v.putBackJournal(ops, nil)
+		w.usable = false
+		v.walOn.Store(false)
+		return false
+	}
+	if w.off+int64(len(rec)) > walSize {
+		return fail()
+	}
+	if rec != nil {
+		if _, err := w.f.WriteAt(rec, w.off); err != nil {
+			return fail()
+		}
+	}
+	if rec != nil || w.dirty {
+		err := v.s.fault("walsync", v.info.Name)
+		if err == nil {
+			err = fdatasync(w.f)
+		}
+		if err != nil {
+			return fail()
+		}
+	}
+	w.off += int64(len(rec))
+	w.dirty = false
+	if rec == nil {
+		return true
+	}
+	if err := v.commitOpsLocked(ops, seq); err != nil {
+		// The record is in the log, its operations back in the
+		// journal: the full way syncs the data, then commits them.
+		w.usable = false
+		v.walOn.Store(false)
+		return false
+	}
+	if len(segs) > 0 {
+		v.walData.Store(seq)
+	}
+	v.journalDone(upto)
+	return true
+}
+
+// walCovered records that a data sync that began after the commit of
+// record seq made the data of every record up to it durable.
+func (v *View) walCovered(seq uint64) {
+	for {
+		cur := v.walSynced.Load()
+		if cur >= seq || v.walSynced.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// restartWALAfter starts the intent log again after a full Sync whose
+// commits up to committed are durable, when nothing was committed since
+// and every record's data is synced.
+func (v *View) restartWALAfter(committed uint64) {
+	v.cmu.Lock()
+	defer v.cmu.Unlock()
+	if v.wal != nil && v.walSeq.Load() == committed && v.walData.Load() <= v.walSynced.Load() {
+		v.restartWALLocked()
+	}
+}

@@ -1,0 +1,631 @@
+package layers
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// copyDir copies directory from to to (cp -a): what the kernel holds of
+// a live store, as a kill -9 leaves it.
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "-a", from, to).CombinedOutput(); err != nil {
+		t.Fatalf("copy %s: %v %s", from, err, out)
+	}
+}
+
+// walOffset is where the view's intent log writes next (0: nothing in
+// this cycle, or no log).
+func walOffset(v *View) int64 {
+	v.cmu.Lock()
+	defer v.cmu.Unlock()
+	if v.wal == nil {
+		return -1
+	}
+	return v.wal.off
+}
+
+// fileTree reads every file under the root of v (one level of
+// directories deep): path -> content ("/" for a directory).
+func fileTree(t *testing.T, v *View) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	var walk func(dir uint64, prefix string)
+	walk = func(dir uint64, prefix string) {
+		for _, n := range names(t, v, dir) {
+			a := lookup(t, v, dir, n)
+			if isType(a, 0o040000) {
+				got[prefix+n] = "/"
+				walk(a.Ino, prefix+n+"/")
+				continue
+			}
+			got[prefix+n] = content(t, v, a.Ino)
+		}
+	}
+	walk(RootIno, "")
+	return got
+}
+
+func sameFiles(t *testing.T, what string, got, want map[string]string) {
+	t.Helper()
+	var diffs []string
+	for p, w := range want {
+		if g, ok := got[p]; !ok {
+			diffs = append(diffs, "missing "+p)
+		} else if g != w {
+			diffs = append(diffs, fmt.Sprintf("%s: %d bytes, want %d", p, len(g), len(w)))
+		}
+	}
+	for p := range got {
+		if _, ok := want[p]; !ok {
+			diffs = append(diffs, "extra "+p)
+		}
+	}
+	if len(diffs) > 0 {
+		sort.Strings(diffs)
+		t.Fatalf("%s: %s", what, strings.Join(diffs, "; "))
+	}
+}
+
+// powerCutImage builds, in a new directory, the store a power cut may
+// leave: the copy durable made at a full sync, with the live sandbox's
+// intent log as its syncs left it (edit, when set, changes the log
+// first). It returns the image's directory and the log.
+func powerCutImage(t *testing.T, e *testEnv, durable string, edit func(log []byte)) (string, []byte) {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "store")
+	copyDir(t, durable, img)
+	log, err := os.ReadFile(e.store.walPath("sb"))
+	ok(t, "read log", err)
+	if edit != nil {
+		edit(log)
+	}
+	ok(t, "mkdir wal", os.MkdirAll(filepath.Join(img, "wal"), 0o700))
+	ok(t, "write log", os.WriteFile(filepath.Join(img, "wal", "sb"), log, 0o600))
+	return img, log
+}
+
+// openImage opens the store image in dir and its sandbox's live view.
+func openImage(t *testing.T, dir string) (*Store, *View) {
+	t.Helper()
+	s, err := Open(dir)
+	ok(t, "open the image", err)
+	t.Cleanup(func() { s.Close() })
+	v, err := s.OpenView("sb", false)
+	ok(t, "view of the image", err)
+	return s, v
+}
+
+// TestWALCodec: records read back as written, one after the other; a
+// torn, damaged or foreign record ends the cycle.
+func TestWALCodec(t *testing.T) {
+	recs := []walRec{
+		{cycle: 7, seq: 1, ops: [][]kv{{{key: []byte("i/k"), val: []byte("v")}, {key: []byte("e/x"), del: true}}}},
+		{cycle: 7, seq: 2, segs: []walSeg{{layer: "01ABC", off: 8192, data: bytes.Repeat([]byte("d"), 5000)}}, sizes: []walMinSize{{layer: "01ABC", size: 1 << 20}}},
+		{cycle: 7, seq: 3, ops: [][]kv{{{key: []byte("b/x"), val: []byte{}}}, {}}},
+	}
+	var log []byte
+	for _, r := range recs {
+		log = append(log, encodeWalRec(r)...)
+	}
+	log = append(log, make([]byte, 100)...)
+	got := walCycle(bytes.NewReader(log), int64(len(log)))
+	if len(got) != len(recs) {
+		t.Fatalf("read %d records, want %d", len(got), len(recs))
+	}
+	for i, r := range got {
+		if r.seq != recs[i].seq || r.cycle != 7 || len(r.ops) != len(recs[i].ops) || len(r.segs) != len(recs[i].segs) {
+			t.Fatalf("record %d reads back as %+v", i, r)
+		}
+	}
+	if !bytes.Equal(got[1].segs[0].data, recs[1].segs[0].data) || got[1].sizes[0].size != 1<<20 || string(got[0].ops[0][0].val) != "v" || !got[0].ops[0][1].del {
+		t.Fatal("a record's contents read back otherwise")
+	}
+	second := len(encodeWalRec(recs[0]))
+	third := second + len(encodeWalRec(recs[1]))
+	for _, c := range []struct {
+		name string
+		edit func(b []byte) []byte
+		want int
+	}{
+		{"torn", func(b []byte) []byte { return b[:third-10] }, 1},
+		{"a flipped data byte", func(b []byte) []byte { b[second+walHeader+40] ^= 1; return b }, 1},
+		{"a flipped seq", func(b []byte) []byte { b[second+16] ^= 1; return b }, 1},
+		{"another cycle", func(b []byte) []byte {
+			r := recs[1]
+			r.cycle = 8
+			return append(append(b[:second:second], encodeWalRec(r)...), b[third:]...)
+		}, 1},
+		{"a gap", func(b []byte) []byte {
+			return append(b[:second:second], b[third:]...)
+		}, 1},
+		{"zeros", func(b []byte) []byte { return make([]byte, len(b)) }, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := c.edit(append([]byte(nil), log...))
+			if got := walCycle(bytes.NewReader(b), int64(len(b))); len(got) != c.want {
+				t.Fatalf("read %d records, want %d", len(got), c.want)
+			}
+		})
+	}
+}
+
+// FuzzWALRecord: any bytes decode to a record or to the end of the log,
+// never a panic, and a record re-encodes to the bytes it came from.
+func FuzzWALRecord(f *testing.F) {
+	f.Add(encodeWalRec(walRec{cycle: 1, seq: 1, ops: [][]kv{{{key: []byte("k"), val: []byte("v")}}}}))
+	f.Add(encodeWalRec(walRec{cycle: 2, seq: 9, segs: []walSeg{{layer: "L", off: 4096, data: []byte("data")}}, sizes: []walMinSize{{layer: "L", size: 8192}}}))
+	f.Add([]byte("SWAL"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, n, err := decodeWalRec(b)
+		if err != nil {
+			return
+		}
+		if again := encodeWalRec(r); !bytes.Equal(again, b[:n]) {
+			t.Fatalf("record re-encodes to %d other bytes than the %d it came from", len(again), n)
+		}
+	})
+}
+
+// TestWALPowerCut: Syncs through the intent log keep what they covered
+// across every image a power cut may leave: badger's log and the data
+// file as they were at the last full sync, or either as it is now (a
+// later write-back, or another sandbox's sync, flushed it), with the log
+// as its syncs left it. A log torn right after the first Sync's record
+// gives the state of that Sync: nothing after a torn record counts.
+func TestWALPowerCut(t *testing.T) {
+	noLoopSyncs(t)
+	for _, c := range []struct {
+		name           string
+		metaNow, dataN bool // badger's files, the data files as they are now
+		torn           bool
+	}{
+		{"metadata and data lost", false, false, false},
+		{"data lost, metadata flushed", true, false, false},
+		{"metadata lost, data written back", false, true, false},
+		{"both written back", true, true, false},
+		{"last record torn", false, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, DefaultBlockSize, func(base string) {
+				put(t, filepath.Join(base, "base.txt"), strings.Repeat("b", 100000))
+			})
+			v := e.view()
+			t.Cleanup(func() { v.Close() })
+			want := map[string]string{"base.txt": strings.Repeat("b", 100000)}
+			big := strings.Repeat("x", 2*DefaultBlockSize)
+			a := mkfile(t, v, RootIno, "a", big)
+			mkfile(t, v, RootIno, "gone", "to be removed")
+			want["a"] = big
+			ok(t, "full sync", v.sync(false))
+			durable := filepath.Join(t.TempDir(), "durable")
+			copyDir(t, filepath.Join(e.dir, "store"), durable)
+
+			// First logged Sync: an edit in place, a new file, a rename,
+			// a removal, a directory, a copy-up of a base file.
+			_, err := v.WriteAt(a.Ino, []byte("EDIT"), 100, false)
+			ok(t, "write a", err)
+			want["a"] = big[:100] + "EDIT" + big[104:]
+			mkfile(t, v, RootIno, "new", "a file made after the full sync")
+			want["new"] = "a file made after the full sync"
+			ok(t, "rename", v.Rename(RootIno, "new", RootIno, "renamed", 0))
+			want["renamed"] = want["new"]
+			delete(want, "new")
+			ok(t, "unlink", v.Unlink(RootIno, "gone"))
+			d := mkdir(t, v, RootIno, "dir")
+			mkfile(t, v, d.Ino, "inner", "inside")
+			want["dir"], want["dir/inner"] = "/", "inside"
+			bf := lookup(t, v, RootIno, "base.txt")
+			_, err = v.WriteAt(bf.Ino, []byte("BASE"), 70000, false)
+			ok(t, "write base file", err)
+			want["base.txt"] = want["base.txt"][:70000] + "BASE" + want["base.txt"][70004:]
+			ok(t, "logged sync", v.Sync())
+			if walOffset(v) <= 0 {
+				t.Fatal("the Sync did not go through the intent log")
+			}
+			firstListing := treeOf(t, v)
+			first := map[string]string{}
+			for k, val := range want {
+				first[k] = val
+			}
+			firstEnd := walOffset(v)
+
+			// Second: the same block again (a reused slot), a truncate.
+			_, err = v.WriteAt(a.Ino, []byte("AGAIN"), 100, false)
+			ok(t, "write a again", err)
+			want["a"] = big[:100] + "AGAIN" + big[105:]
+			sz := int64(DefaultBlockSize + 10)
+			_, err = v.SetAttr(a.Ino, SetAttrIn{Size: &sz})
+			ok(t, "truncate", err)
+			want["a"] = want["a"][:sz]
+			ok(t, "logged sync", v.Sync())
+			if walOffset(v) <= firstEnd {
+				t.Fatal("the second Sync did not go through the intent log")
+			}
+			listing := treeOf(t, v)
+			if c.torn {
+				want, listing = first, firstListing
+			}
+
+			img, _ := powerCutImage(t, e, durable, func(log []byte) {
+				if c.torn {
+					// The first record after the first Sync's (the
+					// journal loop may have committed some of the
+					// second batch on its own) reaches the disk torn.
+					copy(log[firstEnd+walHeader:firstEnd+walHeader+20], make([]byte, 20))
+				}
+			})
+			now := filepath.Join(t.TempDir(), "now")
+			copyDir(t, filepath.Join(e.dir, "store"), now)
+			for _, part := range []struct {
+				name string
+				now  bool
+			}{{"meta", c.metaNow}, {"data", c.dataN}} {
+				if part.now {
+					ok(t, "rm "+part.name, os.RemoveAll(filepath.Join(img, part.name)))
+					copyDir(t, filepath.Join(now, part.name), filepath.Join(img, part.name))
+				}
+			}
+			s2, v2 := openImage(t, img)
+			sameFiles(t, "after the power cut", fileTree(t, v2), want)
+			// Numbers, modes, sizes, links, block sources and checksums.
+			if got := treeOf(t, v2); !slices.Equal(got, listing) {
+				t.Fatalf("after the power cut the tree lists\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(listing, "\n"))
+			}
+			fsckClean(t, s2)
+			// It goes on: new inodes get new numbers, and a restart
+			// shows the same.
+			n := mkfile(t, v2, RootIno, "after", "after the cut")
+			want["after"] = "after the cut"
+			for p := range want {
+				if want[p] == "/" || strings.Contains(p, "/") {
+					continue
+				}
+				if p != "after" && lookup(t, v2, RootIno, p).Ino == n.Ino {
+					t.Fatalf("the new file got the number of %s", p)
+				}
+			}
+			ok(t, "sync", v2.Sync())
+			ok(t, "close", v2.Close())
+			ok(t, "close image", s2.Close())
+			_, v3 := openImage(t, img)
+			sameFiles(t, "after a restart of the image", fileTree(t, v3), want)
+		})
+	}
+}
+
+// TestWALInodeLease: files made after the last full sync take numbers
+// from a lease badger had not flushed; after a power cut, the replayed
+// files keep their numbers and new files get others.
+func TestWALInodeLease(t *testing.T) {
+	noLoopSyncs(t)
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	t.Cleanup(func() { v.Close() })
+	ok(t, "full sync", v.sync(false))
+	durable := filepath.Join(t.TempDir(), "durable")
+	copyDir(t, filepath.Join(e.dir, "store"), durable)
+	inos := map[uint64]string{}
+	for i := range inoLease + 100 { // past the lease the copy holds
+		name := fmt.Sprintf("f%04d", i)
+		inos[mkfile(t, v, RootIno, name, "").Ino] = name // no data: the log takes up to walMaxData
+	}
+	ok(t, "logged sync", v.Sync())
+	if walOffset(v) <= 0 {
+		t.Fatalf("the Sync did not go through the intent log (%d full syncs)", v.fullSyncs.Load())
+	}
+	img, _ := powerCutImage(t, e, durable, nil)
+	_, v2 := openImage(t, img)
+	if got := len(names(t, v2, RootIno)); got != len(inos) {
+		t.Fatalf("%d files after the power cut, want %d", got, len(inos))
+	}
+	for i := range 50 {
+		n := mkfile(t, v2, RootIno, fmt.Sprintf("new%d", i), "new")
+		if old, dup := inos[n.Ino]; dup {
+			t.Fatalf("a new file got the number of %s", old)
+		}
+	}
+}
+
+// TestWALFallsBack: when the intent log cannot be synced, Sync syncs the
+// data file and badger's log instead and reports success; the log serves
+// again after that full sync. A log that fills up is started again the
+// same way.
+func TestWALFallsBack(t *testing.T) {
+	e := newEnv(t, DefaultBlockSize, nil)
+	v := e.view()
+	t.Cleanup(func() { v.Close() })
+	f := mkfile(t, v, RootIno, "f", "first")
+	ok(t, "sync", v.Sync()) // the first after opening the store is a full one
+	_, err := v.WriteAt(f.Ino, []byte("FIRST"), 0, false)
+	ok(t, "write", err)
+	ok(t, "sync", v.Sync())
+	if walOffset(v) <= 0 {
+		t.Fatal("the Sync did not go through the intent log")
+	}
+	asked := 0
+	restore := e.store.InjectFault(func(op, key string) error {
+		if op == "walsync" {
+			asked++
+			return fmt.Errorf("log device failed")
+		}
+		return nil
+	})
+	_, err = v.WriteAt(f.Ino, []byte("second"), 0, false)
+	ok(t, "write", err)
+	ok(t, "sync with the log failing", v.Sync())
+	restore()
+	if asked != 1 {
+		t.Fatalf("the log's sync was asked %d times, want 1", asked)
+	}
+	if e.store.synced.Load() != e.store.commits.Load() {
+		t.Fatal("the full sync left badger's log unsynced")
+	}
+	if off := walOffset(v); off != 0 {
+		t.Fatalf("after a full sync the log did not start again (offset %d)", off)
+	}
+	_, err = v.WriteAt(f.Ino, []byte("third!"), 0, false)
+	ok(t, "write", err)
+	ok(t, "sync", v.Sync())
+	if walOffset(v) <= 0 {
+		t.Fatal("the log does not serve again after the full sync")
+	}
+	// Fill it: whole blocks, one record each, past walSize.
+	block := bytes.Repeat([]byte("z"), DefaultBlockSize)
+	restarted := false
+	for i := 0; i < 2*walSize/DefaultBlockSize; i++ {
+		before := walOffset(v)
+		_, err = v.WriteAt(f.Ino, block, int64(i%4)*DefaultBlockSize, false)
+		ok(t, "write block", err)
+		ok(t, "sync", v.Sync())
+		if after := walOffset(v); after < before {
+			restarted = true
+		}
+	}
+	if !restarted {
+		t.Fatal("a full log never started again")
+	}
+	want := strings.Repeat("z", 4*DefaultBlockSize)
+	v = e.reopen(v)
+	if got := content(t, v, f.Ino); got != want {
+		t.Fatalf("after a restart the file reads %d bytes, want %d", len(got), len(want))
+	}
+	fsckClean(t, e.store)
+}
+
+// TestWALRemovedWithSandbox: removing a sandbox removes its intent log,
+// and a log without its sandbox (a crash between the two) goes when the
+// store opens.
+func TestWALRemovedWithSandbox(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	mkfile(t, v, RootIno, "f", "x")
+	ok(t, "sync", v.Sync())
+	ok(t, "close", v.Close())
+	path := e.store.walPath("sb")
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("no intent log after a mount: %v", err)
+	}
+	ok(t, "remove", e.store.RemoveSandbox("sb"))
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("the intent log stays after the sandbox went: %v", err)
+	}
+	stray := e.store.walPath("other")
+	ok(t, "stray", os.WriteFile(stray, encodeWalRec(walRec{cycle: 1, seq: 1, ops: [][]kv{{{key: []byte("i/x"), val: []byte("y")}}}}), 0o600))
+	ok(t, "close store", e.store.Close())
+	s, err := Open(filepath.Join(e.dir, "store"))
+	ok(t, "open", err)
+	e.store = s
+	if _, err := os.Stat(stray); !os.IsNotExist(err) {
+		t.Fatalf("a log without a sandbox stays: %v", err)
+	}
+	fsckClean(t, s)
+}
+
+// TestWALPowerCutModel: random writes, truncates, creations, removals and
+// renames, each batch ended by a Sync through the intent log, now and
+// then a full sync or a freeze; at random points the image a power cut
+// may leave (the store at the last full sync, the log as it is) must
+// read as the last Sync left the files.
+func TestWALPowerCutModel(t *testing.T) {
+	seeds := 4
+	if testing.Short() {
+		seeds = 2
+	}
+	if n, err := strconv.Atoi(os.Getenv("STRATA_WAL_MODEL_SEEDS")); err == nil && n > 0 {
+		seeds = n
+	}
+	for seed := int64(1); seed <= int64(seeds); seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { walModelRun(t, seed, 60) })
+	}
+}
+
+// noLoopSyncs keeps the journal loops of the test's views from syncing
+// on their own: a full sync of theirs would move the image of a power
+// cut on from the one the test copied.
+func noLoopSyncs(t *testing.T) {
+	loopSyncsOff = true
+	t.Cleanup(func() { loopSyncsOff = false })
+}
+
+func walModelRun(t *testing.T, seed int64, rounds int) {
+	noLoopSyncs(t)
+	rng := rand.New(rand.NewSource(seed))
+	bs := []int{MinBlockSize, DefaultBlockSize}[rng.Intn(2)]
+	e := newEnv(t, bs, nil)
+	v := e.view()
+	t.Cleanup(func() { v.Close() })
+	model := map[string][]byte{}
+	inos := map[string]uint64{}
+	durable := ""
+	snapshot := func() {
+		ok(t, "full sync", v.sync(false))
+		durable = filepath.Join(t.TempDir(), "durable")
+		copyDir(t, filepath.Join(e.dir, "store"), durable)
+	}
+	snapshot()
+	names := []string{"a", "b", "c", "d", "e"}
+	for round := 0; round < rounds; round++ {
+		for op := 0; op < 1+rng.Intn(4); op++ {
+			name := names[rng.Intn(len(names))]
+			_, exists := model[name]
+			switch k := rng.Intn(10); {
+			case !exists || k == 0:
+				if exists {
+					ok(t, "unlink", v.Unlink(RootIno, name))
+				}
+				c := bytes.Repeat([]byte{byte('a' + rng.Intn(26))}, rng.Intn(3*bs))
+				inos[name] = mkfile(t, v, RootIno, name, string(c)).Ino
+				model[name] = c
+			case k < 6:
+				off := rng.Intn(len(model[name]) + bs)
+				p := bytes.Repeat([]byte{byte('A' + rng.Intn(26))}, 1+rng.Intn(bs))
+				_, err := v.WriteAt(inos[name], p, int64(off), false)
+				ok(t, "write", err)
+				m := model[name]
+				if need := off + len(p); len(m) < need {
+					m = append(m, make([]byte, need-len(m))...)
+				}
+				copy(m[off:], p)
+				model[name] = m
+			case k < 8:
+				sz := rng.Intn(2*bs + 1)
+				s64 := int64(sz)
+				_, err := v.SetAttr(inos[name], SetAttrIn{Size: &s64})
+				ok(t, "truncate", err)
+				m := model[name]
+				if sz <= len(m) {
+					m = m[:sz]
+				} else {
+					m = append(m, make([]byte, sz-len(m))...)
+				}
+				model[name] = m
+			case k == 8:
+				ok(t, "unlink", v.Unlink(RootIno, name))
+				delete(model, name)
+				delete(inos, name)
+			default:
+				to := names[rng.Intn(len(names))]
+				if to == name {
+					continue
+				}
+				ok(t, "rename", v.Rename(RootIno, name, RootIno, to, 0))
+				model[to], inos[to] = model[name], inos[name]
+				delete(model, name)
+				delete(inos, name)
+			}
+		}
+		switch k := rng.Intn(20); {
+		case k == 0:
+			snapshot()
+			continue
+		case k == 1:
+			freeze(t, e.store, e.name)
+			snapshot()
+			continue
+		}
+		full := v.fullSyncs.Load()
+		ok(t, "sync", v.Sync())
+		if v.fullSyncs.Load() != full {
+			// Too much data for the log: a full sync, the new image.
+			durable = filepath.Join(t.TempDir(), "durable")
+			copyDir(t, filepath.Join(e.dir, "store"), durable)
+		}
+		if rng.Intn(6) != 0 {
+			continue
+		}
+		listing := treeOf(t, v)
+		img, log := powerCutImage(t, e, durable, nil)
+		if testing.Verbose() {
+			recs := walCycle(bytes.NewReader(log), int64(len(log)))
+			var c, sy uint64
+			_ = e.store.View(func(tx *Txn) error { c, sy, _ = walMark(tx.txn, "sb"); return nil })
+			first, last := uint64(0), uint64(0)
+			if len(recs) > 0 {
+				first, last = recs[0].seq, recs[len(recs)-1].seq
+			}
+			t.Logf("round %d: log %d records %d..%d, live mark %d/%d walSeq %d", round, len(recs), first, last, c, sy, v.walSeq.Load())
+		}
+		s2, err := Open(img)
+		ok(t, "open image", err)
+		v2, err := s2.OpenView("sb", false)
+		ok(t, "view of the image", err)
+		want := map[string]string{}
+		for n, c := range model {
+			want[n] = string(c)
+		}
+		sameFiles(t, fmt.Sprintf("round %d", round), fileTree(t, v2), want)
+		if got := treeOf(t, v2); !slices.Equal(got, listing) {
+			t.Fatalf("round %d: the image lists\n%s\nwant\n%s", round, strings.Join(got, "\n"), strings.Join(listing, "\n"))
+		}
+		ok(t, "close view", v2.Close())
+		fsckClean(t, s2)
+		ok(t, "close image", s2.Close())
+	}
+}
+
+// TestWALClearedOnUnmount: an unmount leaves nothing in the intent log to
+// read when the store opens next (its start is zeroed once the mark says
+// everything is in place).
+func TestWALClearedOnUnmount(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	f := mkfile(t, v, RootIno, "f", "x")
+	ok(t, "sync", v.Sync())
+	_, err := v.WriteAt(f.Ino, []byte("y"), 0, false)
+	ok(t, "write", err)
+	ok(t, "sync", v.Sync())
+	if walOffset(v) <= 0 {
+		t.Fatal("the Sync did not go through the intent log")
+	}
+	log, err := os.ReadFile(e.store.walPath("sb"))
+	ok(t, "read log", err)
+	if len(walCycle(bytes.NewReader(log), int64(len(log)))) == 0 {
+		t.Fatal("no record in the log of a mounted sandbox")
+	}
+	ok(t, "close", v.Close())
+	log, err = os.ReadFile(e.store.walPath("sb"))
+	ok(t, "read log", err)
+	if n := len(walCycle(bytes.NewReader(log), int64(len(log)))); n != 0 {
+		t.Fatalf("%d records left in the log after the unmount", n)
+	}
+	v = e.reopen(e.view())
+	t.Cleanup(func() { v.Close() })
+	if got := content(t, v, f.Ino); got != "y" {
+		t.Fatalf("after the unmount the file reads %q", got)
+	}
+}
+
+// TestWALDamagedMark: a mark that does not decode leaves the log alone:
+// the store opens, the sandbox mounts and syncs the full way.
+func TestWALDamagedMark(t *testing.T) {
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	f := mkfile(t, v, RootIno, "f", "kept")
+	ok(t, "close", v.Close())
+	ok(t, "damage", e.store.Update(func(tx *Txn) error { return tx.txn.Set(keyWal("sb"), []byte("bad")) }))
+	v = e.reopen(e.view())
+	t.Cleanup(func() { v.Close() })
+	if got := content(t, v, f.Ino); got != "kept" {
+		t.Fatalf("the file reads %q", got)
+	}
+	if walOffset(v) != -1 {
+		t.Fatal("a view uses a log whose mark does not decode")
+	}
+	_, err := v.WriteAt(f.Ino, []byte("KEPT"), 0, false)
+	ok(t, "write", err)
+	ok(t, "sync", v.Sync())
+	v = e.reopen(v)
+	if got := content(t, v, f.Ino); got != "KEPT" {
+		t.Fatalf("after a full sync and a restart the file reads %q", got)
+	}
+}
