@@ -630,10 +630,7 @@ func (v *View) loop() {
 			if idleSyncHook != nil {
 				idleSyncHook(v)
 			}
-			if loopSyncsOff {
-				continue
-			}
-			if v.sync(false) == nil {
+			if v.loopSync() == nil {
 				v.keepIdleDelta()
 			}
 			v.punchPending()
@@ -642,10 +639,7 @@ func (v *View) loop() {
 			}
 		case <-freeing:
 			freeing = nil
-			if loopSyncsOff {
-				continue
-			}
-			_ = v.sync(false)
+			_ = v.loopSync()
 			v.punchPending()
 		case <-v.punchReq:
 			v.punchPending()
@@ -654,10 +648,7 @@ func (v *View) loop() {
 			// records may reach the disk only after their data (Sync
 			// orders it): a record naming a slot whose data a power cut
 			// lost would read as damage, not as the older content.
-			if loopSyncsOff {
-				continue
-			}
-			_ = v.sync(false)
+			_ = v.loopSync()
 			v.punchPending()
 		}
 	}
@@ -680,6 +671,17 @@ const idleSync = 100 * time.Millisecond
 // loopSyncsOff, set by a test, keeps the journal loop from syncing on its
 // own, so that the test knows the last full sync (a power cut's image).
 var loopSyncsOff bool
+
+// errLoopSyncsOff: the journal loop's sync did not run (loopSyncsOff).
+var errLoopSyncsOff = errors.New("journal loop syncs are off")
+
+// loopSync is the journal loop's own sync, a full one.
+func (v *View) loopSync() error {
+	if loopSyncsOff {
+		return errLoopSyncsOff
+	}
+	return v.sync(false)
+}
 
 // idleSyncHook, when a test sets it, runs before each sync the idle timer
 // starts.

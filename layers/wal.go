@@ -36,15 +36,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
 )
 
 const (
-	// walSize is the intent log's size; a record that does not fit makes
-	// that Sync a full one, after which the log starts again.
-	walSize = 4 << 20
 	// walMaxData bounds the sealed data a Sync writes into the log;
 	// more is synced in the data file itself.
 	walMaxData = 256 << 10
@@ -54,6 +52,11 @@ const (
 )
 
 var walTable = crc32.MakeTable(crc32.Castagnoli)
+
+// walSize is the intent log's size; a record that does not fit makes
+// that Sync a full one, after which the log starts again. A variable for
+// tests that fill it.
+var walSize int64 = 4 << 20
 
 // tWal keys w/<sandbox>: the last record committed and the last whose
 // data is synced (two big-endian uint64).
@@ -70,7 +73,7 @@ type walSeg struct {
 	data  []byte
 }
 
-// walSize is the size a layer's data file has at least.
+// walMinSize is the size a layer's data file has at least.
 type walMinSize struct {
 	layer string
 	size  int64
@@ -294,15 +297,17 @@ func walMark(txn *badger.Txn, sandbox string) (committed, synced uint64, err err
 // before the inode sequence is read: the lease is moved past every inode
 // number a replayed record holds.
 func (s *Store) recoverWALs() error {
-	walDir := filepath.Join(s.dir, "wal")
-	ents, err := os.ReadDir(walDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	ents, err := os.ReadDir(filepath.Join(s.dir, "wal"))
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return nil // no logs (a file in the way keeps views from making any)
 	}
 	if err != nil {
 		return fmt.Errorf("intent logs: %w", mapOSErr(err))
 	}
 	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue // not a log this package made
+		}
 		if err := s.recoverWAL(e.Name()); err != nil {
 			return fmt.Errorf("intent log of %s: %w", e.Name(), err)
 		}
@@ -310,35 +315,35 @@ func (s *Store) recoverWALs() error {
 	return nil
 }
 
-func (s *Store) recoverWAL(sandbox string) error {
-	dir, db := s.dir, s.db
-	path := filepath.Join(dir, "wal", sandbox)
-	var committed, synced uint64
-	exists := false
-	err := db.View(func(txn *badger.Txn) error {
-		_, err := txn.Get(keySandbox(sandbox))
-		if errors.Is(err, badger.ErrKeyNotFound) {
+// walState reads what the store holds of sandbox's log: whether the
+// sandbox exists, and its mark.
+func (s *Store) walState(sandbox string) (exists bool, committed, synced uint64, err error) {
+	err = s.view(func(txn *badger.Txn) error {
+		if _, err := txn.Get(keySandbox(sandbox)); errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
-		}
-		if err != nil {
-			return err
 		}
 		exists = true
 		committed, synced, err = walMark(txn, sandbox)
 		return err
 	})
-	if errors.Is(err, ErrCorrupt) {
+	return exists, committed, synced, err
+}
+
+func (s *Store) recoverWAL(sandbox string) error {
+	path := filepath.Join(s.dir, "wal", sandbox)
+	exists, committed, synced, err := s.walState(sandbox)
+	switch {
+	case errors.Is(err, ErrCorrupt):
 		// What the log holds cannot be placed: it stays as it is (a
 		// view of the sandbox then syncs the full way), and the store
 		// opens with what badger and the data files hold.
 		return nil
-	}
-	if err != nil {
+	case err != nil:
 		return err
-	}
-	if !exists {
+	case !exists:
 		// The sandbox was removed (its log goes after its record).
-		return mapOSErr(os.Remove(path))
+		_ = os.Remove(path)
+		return nil
 	}
 	lf, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -365,103 +370,109 @@ func (s *Store) recoverWAL(sandbox string) error {
 		recs = append(recs, r)
 	}
 	last := next - 1
-	if last <= synced {
-		return clearWAL(lf) // every record's data is synced and committed
+	if last > synced {
+		if err := s.replayWalData(recs, synced); err != nil {
+			return err
+		}
+		if err := s.replayWalOps(sandbox, recs, committed, last); err != nil {
+			return err
+		}
 	}
+	// Every record's data is synced and committed: the next opening of
+	// the store need not read them.
+	return clearWAL(lf)
+}
+
+// replayWalData writes the data of the records past synced into the data
+// files, makes the files at least as large as they say, and syncs them.
+// A layer that is gone keeps nothing (its data file is not made again);
+// the active layer's data file may have been lost with the rename that
+// made it, and is.
+func (s *Store) replayWalData(recs []walRec, synced uint64) error {
 	files := map[string]*os.File{}
-	defer func() {
-		for _, f := range files {
-			f.Close()
+	var first error
+	keep := func(err error) {
+		if first == nil && err != nil {
+			first = mapOSErr(err)
 		}
-	}()
-	file := func(layer string) (*os.File, error) {
-		if f := files[layer]; f != nil {
-			return f, nil
+	}
+	file := func(layer string) *os.File {
+		f, seen := files[layer]
+		if seen {
+			return f
 		}
-		// A layer that is gone keeps nothing (its data file is not made
-		// again); the active layer's data file may have been lost with
-		// the rename that made it.
-		err := db.View(func(txn *badger.Txn) error {
+		files[layer] = nil
+		err := s.view(func(txn *badger.Txn) error {
 			_, err := txn.Get(keyLayer(layer))
 			return err
 		})
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil, nil
+		if err == nil {
+			f, err = os.OpenFile(s.dataPath(layer), os.O_RDWR|os.O_CREATE, 0o600)
+			files[layer] = f
 		}
-		if err != nil {
-			return nil, mapOSErr(err)
+		if !errors.Is(err, badger.ErrKeyNotFound) {
+			keep(err)
 		}
-		f, err := os.OpenFile(filepath.Join(dir, "data", layer), os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return nil, mapOSErr(err)
-		}
-		files[layer] = f
-		return f, nil
+		return f
 	}
 	for _, r := range recs {
 		if r.seq <= synced {
 			continue
 		}
 		for _, sz := range r.sizes {
-			f, err := file(sz.layer)
-			if err != nil {
-				return err
-			}
-			if f == nil {
-				continue
-			}
-			if fi, err := f.Stat(); err != nil {
-				return mapOSErr(err)
-			} else if fi.Size() < sz.size {
-				if err := f.Truncate(sz.size); err != nil {
-					return mapOSErr(err)
+			if f := file(sz.layer); f != nil {
+				if fi, err := f.Stat(); err != nil || fi.Size() < sz.size {
+					keep(errors.Join(err, f.Truncate(sz.size)))
 				}
 			}
 		}
 		for _, sg := range r.segs {
-			f, err := file(sg.layer)
-			if err != nil {
-				return err
-			}
-			if f == nil {
-				continue
-			}
-			if _, err := f.WriteAt(sg.data, sg.off); err != nil {
-				return mapOSErr(err)
+			if f := file(sg.layer); f != nil {
+				_, err := f.WriteAt(sg.data, sg.off)
+				keep(err)
 			}
 		}
 	}
 	for _, f := range files {
-		if err := fdatasync(f); err != nil {
-			return mapOSErr(err)
+		if f != nil {
+			if first == nil {
+				keep(fdatasync(f))
+			}
+			f.Close()
 		}
 	}
-	var maxIno uint64
+	return first
+}
+
+// replayWalOps commits the operations of the records past committed, in
+// order, moves the inode lease past every inode number they hold (its own
+// commit was never synced), stores the mark that says every record up to
+// last is in place, and syncs badger's logs.
+func (s *Store) replayWalOps(sandbox string, recs []walRec, committed, last uint64) error {
+	var maxIno uint64 // the lease the replayed numbers need
 	for _, r := range recs {
 		if r.seq <= committed {
 			continue
 		}
 		for _, op := range r.ops {
 			for _, e := range op {
-				if len(e.key) == 2+26+1+8 && e.key[0] == tInode && !e.del {
-					maxIno = max(maxIno, binary.BigEndian.Uint64(e.key[len(e.key)-8:]))
+				if len(e.key) != 2+26+1+8 || e.key[0] != tInode || e.del {
+					continue
+				}
+				// Numbers of inodes made in layers (nextIno); base
+				// files' numbers are the host's.
+				if ino := binary.BigEndian.Uint64(e.key[len(e.key)-8:]); ino >= upperInoBase {
+					maxIno = max(maxIno, ino-upperInoBase+1)
 				}
 			}
 		}
-		if err := replayWalRec(db, sandbox, r); err != nil {
+		if err := replayWalRec(s.db, r); err != nil {
 			return err
 		}
 	}
-	err = db.Update(func(txn *badger.Txn) error {
-		// Everything is in place: the next opening replays nothing.
-		if err := txn.Set(keyWal(sandbox), encodeWalMark(last, last)); err != nil {
-			return err
-		}
-		if maxIno == 0 {
-			return nil
-		}
-		item, err := txn.Get(inoSeqKey)
+	err := s.update(func(txn *badger.Txn) error {
 		lease := uint64(0)
+		item, err := txn.Get(inoSeqKey)
 		if err == nil {
 			err = item.Value(func(v []byte) error {
 				if len(v) == 8 {
@@ -470,21 +481,21 @@ func (s *Store) recoverWAL(sandbox string) error {
 				return nil
 			})
 		}
-		if err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
-			return err
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			err = nil
 		}
-		if lease > maxIno {
-			return nil
+		if err == nil && maxIno > lease {
+			err = txn.Set(inoSeqKey, binary.BigEndian.AppendUint64(nil, maxIno))
 		}
-		return txn.Set(inoSeqKey, binary.BigEndian.AppendUint64(nil, maxIno+1))
+		if err == nil {
+			err = txn.Set(keyWal(sandbox), encodeWalMark(last, last))
+		}
+		return err
 	})
-	if err != nil {
-		return mapOSErr(err)
+	if err == nil {
+		err = s.syncLogs()
 	}
-	if err := s.syncLogs(); err != nil {
-		return mapOSErr(err)
-	}
-	return clearWAL(lf)
+	return mapOSErr(err)
 }
 
 // clearWAL zeroes the start of an intent log whose records are all in
@@ -496,27 +507,25 @@ func clearWAL(f *os.File) error {
 	return mapOSErr(err)
 }
 
-// replayWalRec commits r's operations and its mark, in as many
-// transactions as they need (the mark in the last).
-func replayWalRec(db *badger.DB, sandbox string, r walRec) error {
-	ops := append(append([][]kv(nil), r.ops...), []kv{{key: keyWal(sandbox), val: encodeWalMark(r.seq, r.seq)}})
-	for i := 0; i < len(ops); {
-		txn := db.NewTransaction(true)
-		j := i
-		var err error
-		for ; j < len(ops); j++ {
-			if err = applyOp(txn, ops[j]); err != nil {
-				break
+// replayWalRec commits r's operations, in as many transactions as they
+// need.
+func replayWalRec(db *badger.DB, r walRec) error {
+	for i := 0; i < len(r.ops); {
+		fill := func(txn *badger.Txn, to int) (int, error) {
+			for k := i; k < to; k++ {
+				if err := applyOp(txn, r.ops[k]); err != nil {
+					return k, err
+				}
 			}
+			return to, nil
 		}
+		txn := db.NewTransaction(true)
+		j, err := fill(txn, len(r.ops))
 		if errors.Is(err, badger.ErrTxnTooBig) && j > i {
 			// The operation that did not fit goes into the next one.
 			txn.Discard()
 			txn = db.NewTransaction(true)
-			err = nil
-			for k := i; k < j && err == nil; k++ {
-				err = applyOp(txn, ops[k])
-			}
+			j, err = fill(txn, j)
 		}
 		if err == nil {
 			err = txn.Commit()
@@ -539,7 +548,6 @@ type walLog struct {
 	// began has its record; else Syncs are full ones until one lets the
 	// log start again.
 	usable bool
-	ready  bool // written full of zeros
 	dirty  bool // records were appended since the log's last sync
 }
 
@@ -577,7 +585,7 @@ func (v *View) openWAL() error {
 			return fail(mapOSErr(err))
 		}
 		total, free := fs.Blocks*uint64(fs.Bsize), fs.Bavail*uint64(fs.Bsize)
-		if free < min(96<<20, total/4)+4*walSize {
+		if free < min(96<<20, total/4)+4*uint64(walSize) {
 			return fail(fmt.Errorf("intent log: %w", ErrNoSpace))
 		}
 		if err := writeZeros(f, 0, walSize); err != nil {
@@ -595,7 +603,7 @@ func (v *View) openWAL() error {
 	}); err != nil {
 		return fail(err)
 	}
-	v.wal = &walLog{f: f, ready: true}
+	v.wal = &walLog{f: f}
 	// Opening the store replayed what a crash left, and synced it.
 	v.walSeq.Store(committed)
 	v.walSynced.Store(committed)
@@ -607,9 +615,6 @@ func (v *View) openWAL() error {
 // cmu, and every record of the old cycle is committed and its data synced.
 func (v *View) restartWALLocked() {
 	w := v.wal
-	if w == nil || !w.ready {
-		return
-	}
 	w.off, w.cycle, w.usable, w.dirty = 0, newCycle(), true, false
 	// The commits before the cycle have no record in it: the log serves
 	// a Sync once they are durable.
@@ -661,15 +666,16 @@ func (v *View) closeWAL(synced bool) error {
 		return nil
 	}
 	seq := v.walSeq.Load()
-	if err := v.s.update(func(txn *badger.Txn) error {
+	err := v.s.update(func(txn *badger.Txn) error {
 		return txn.Set(keyWal(v.info.Name), encodeWalMark(seq, seq))
-	}); err != nil {
-		return err
+	})
+	if err == nil {
+		err = v.s.Sync()
 	}
-	if err := v.s.Sync(); err != nil {
-		return err
+	if err == nil {
+		err = clearWAL(w.f)
 	}
-	return clearWAL(w.f)
+	return err
 }
 
 // walSealedLocked decides, under ioMu and mu after a seal, whether a Sync

@@ -328,10 +328,18 @@ func TestWALInodeLease(t *testing.T) {
 	if got := len(names(t, v2, RootIno)); got != len(inos) {
 		t.Fatalf("%d files after the power cut, want %d", got, len(inos))
 	}
+	var top uint64
+	for ino := range inos {
+		top = max(top, ino)
+	}
 	for i := range 50 {
 		n := mkfile(t, v2, RootIno, fmt.Sprintf("new%d", i), "new")
 		if old, dup := inos[n.Ino]; dup {
 			t.Fatalf("a new file got the number of %s", old)
+		}
+		// The lease moved just past the replayed numbers, not anywhere.
+		if n.Ino <= top || n.Ino > top+2*inoLease {
+			t.Fatalf("a new file got number %#x after the replayed ones up to %#x", n.Ino, top)
 		}
 	}
 }
@@ -382,7 +390,7 @@ func TestWALFallsBack(t *testing.T) {
 	// Fill it: whole blocks, one record each, past walSize.
 	block := bytes.Repeat([]byte("z"), DefaultBlockSize)
 	restarted := false
-	for i := 0; i < 2*walSize/DefaultBlockSize; i++ {
+	for i := 0; i < int(2*walSize/DefaultBlockSize); i++ {
 		before := walOffset(v)
 		_, err = v.WriteAt(f.Ino, block, int64(i%4)*DefaultBlockSize, false)
 		ok(t, "write block", err)
