@@ -576,11 +576,9 @@ func (s *Store) RemoveSandbox(name string) error {
 	if err != nil {
 		return err
 	}
-	// After the record: a log left without its sandbox is removed when
-	// the store opens.
-	if err := os.Remove(s.walPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("sandbox %s: intent log: %w", name, mapOSErr(err))
-	}
+	// After the record: a log left without its sandbox (this failed, a
+	// crash) is removed when the store opens.
+	_ = os.Remove(s.walPath(name))
 	_, err = s.CollectGarbage()
 	return err
 }

@@ -253,7 +253,7 @@ type View struct {
 	// nil when it could not be opened. walSeq is the number of the last
 	// commit of the journal, walSynced the number up to which the data
 	// of the log's records is synced in the data files, walData the last
-	// record that carried data, and walUnlogged the store's commit count
+	// record that carried data, and walUnlogd the store's commit count
 	// after the last commit of the view's records that has no record (a
 	// freeze's, a repoint's): the log serves a Sync only once that is
 	// durable.
@@ -1099,13 +1099,8 @@ func (v *View) prepareWithJournalLocked(fn journalFunc) *prepared {
 			return p
 		}
 	}
-	if v.wal != nil {
-		// The transaction holds every record, and the quiesce syncs the
-		// data of every one: nothing of the intent log is to replay.
-		seq := v.walSeq.Load()
-		if p.err = p.txn.Set(keyWal(v.info.Name), encodeWalMark(seq, seq)); p.err != nil {
-			return p
-		}
+	if p.err = v.setWALPlaced(p.txn); p.err != nil {
+		return p
 	}
 	p.err = fn(p.txn, len(p.ops) > 0)
 	return p
@@ -1123,8 +1118,8 @@ func (p *prepared) commit() error {
 	}
 	p.txn.Discard()
 	if err == nil {
-		p.v.walUnlogd.Store(p.v.s.commits.Add(1))
-		p.v.walSynced.Store(p.v.walSeq.Load())
+		p.v.s.commits.Add(1)
+		p.v.walPlaced()
 		p.v.journalDone(p.upto)
 		return nil
 	}
@@ -1133,21 +1128,14 @@ func (p *prepared) commit() error {
 		return cerr
 	}
 	if errors.Is(err, errNeedsJournal) || errors.Is(err, badger.ErrTxnTooBig) || errors.Is(err, badger.ErrConflict) {
-		v := p.v
-		err := v.s.update(func(txn *badger.Txn) error {
-			if v.wal != nil {
-				// As in the prepared transaction: the quiesce syncs
-				// the data of every record.
-				seq := v.walSeq.Load()
-				if err := txn.Set(keyWal(v.info.Name), encodeWalMark(seq, seq)); err != nil {
-					return err
-				}
+		err := p.v.s.update(func(txn *badger.Txn) error {
+			if err := p.v.setWALPlaced(txn); err != nil {
+				return err
 			}
 			return p.fn(txn, false)
 		})
 		if err == nil {
-			v.walUnlogd.Store(v.s.commits.Load())
-			v.walSynced.Store(v.walSeq.Load())
+			p.v.walPlaced()
 		}
 		return err
 	}

@@ -645,6 +645,25 @@ func (v *View) walAppendLocked(seq uint64, ops [][]kv) {
 	w.dirty = true
 }
 
+// setWALPlaced stores in a quiesce's transaction (a checkpoint's, a
+// rollback's) the mark that says every record is committed and its data
+// synced: the transaction holds the journal, and the quiesce syncs the
+// data file before it commits. The caller holds cmu.
+func (v *View) setWALPlaced(txn *badger.Txn) error {
+	if v.wal == nil {
+		return nil
+	}
+	seq := v.walSeq.Load()
+	return txn.Set(keyWal(v.info.Name), encodeWalMark(seq, seq))
+}
+
+// walPlaced follows the commit of such a transaction: it has no record of
+// its own, so the log serves no Sync until it is durable.
+func (v *View) walPlaced() {
+	v.walUnlogd.Store(v.s.commits.Load())
+	v.walSynced.Store(v.walSeq.Load())
+}
+
 // walMarkKV is the mark a commit of record seq stores.
 func (v *View) walMarkKV(seq uint64) kv {
 	return kv{key: keyWal(v.info.Name), val: encodeWalMark(seq, v.walSynced.Load())}
