@@ -264,9 +264,12 @@ type View struct {
 	// sealedNow are the slots the last seal sealed (sealLocked): a Sync
 	// through the intent log writes their pages into it.
 	sealedNow []slotSpan
-	jmu       sync.Mutex // protects pending, jerr, dataErr, jqueued, jdone and holds
-	pending   [][]kv     // the last len(pending) operations queued, in order
-	jerr      error
+	// sealedData (under jmu) is the data of seals through the intent log
+	// whose operations no commit has taken yet, in order.
+	sealedData []sealedData
+	jmu        sync.Mutex // protects pending, jerr, dataErr, jqueued, jdone and holds
+	pending    [][]kv     // the last len(pending) operations queued, in order
+	jerr       error
 	// dataErr is the data sync that failed (syncData): no record is
 	// committed from then on.
 	dataErr error
@@ -278,9 +281,13 @@ type View struct {
 	// is being synced: no commit takes an operation from the earliest on,
 	// since sealed blocks' records must not reach the store's log, which
 	// any sync of any sandbox may flush, before their data is durable.
-	holds   []uint64
-	kick    chan struct{}
-	written atomic.Bool // data was written since the last writeback
+	holds []uint64
+	// fullHolds are the holds of seals whose data is neither registered
+	// for the intent log (sealedData) nor synced yet: a commit through
+	// the log must not take their operations (syncLogged).
+	fullHolds map[uint64]int
+	kick      chan struct{}
+	written   atomic.Bool // data was written since the last writeback
 	// spareReq asks the journal loop for spare data files; spares (under
 	// mu) are those made, open, oldest first. ready is the
 	// spare that became a new active layer's data file, which the
@@ -1019,6 +1026,36 @@ func (v *View) commitOpsLocked(ops [][]kv, seq uint64) error {
 // number of the last one taken. The caller holds cmu, and commits them or
 // puts them back.
 func (v *View) takeJournal(through uint64) (ops [][]kv, upto uint64) {
+	ops, upto, _ = v.takeJournalData(through)
+	return ops, upto
+}
+
+// sealedData is the data of the slots a seal through the intent log
+// sealed, registered with the number of its last operation (upto): the
+// commit that takes those operations writes it into the log with them
+// (syncLogged), or, committing them the full way, has synced it.
+type sealedData struct {
+	upto  uint64
+	segs  []walSeg
+	sizes []walMinSize
+}
+
+// takeJournalData is takeJournal that also hands over the sealed data
+// registered with the operations it takes.
+func (v *View) takeJournalData(through uint64) (ops [][]kv, upto uint64, data []sealedData) {
+	ops, upto = v.takeJournalOps(through)
+	v.jmu.Lock()
+	defer v.jmu.Unlock()
+	i := 0
+	for i < len(v.sealedData) && v.sealedData[i].upto <= upto {
+		i++
+	}
+	data = v.sealedData[:i:i]
+	v.sealedData = v.sealedData[i:]
+	return ops, upto, data
+}
+
+func (v *View) takeJournalOps(through uint64) (ops [][]kv, upto uint64) {
 	v.jmu.Lock()
 	defer v.jmu.Unlock()
 	ops = v.pending
@@ -1186,10 +1223,27 @@ func (v *View) sync(logged bool) error {
 	dataToSync := v.dataSynced < gen
 	// The records whose data a data sync from here covers.
 	covers := v.walSeq.Load()
-	var segs []walSeg
-	var sizes []walMinSize
 	if err == nil && logged {
-		segs, sizes, logged = v.walSealedLocked(f, dataToSync)
+		// Registered with the seal's operations, still under mu: the
+		// commit that takes them, whichever it is, takes the data too.
+		var segs []walSeg
+		var sizes []walMinSize
+		if segs, sizes, logged = v.walSealedLocked(f, dataToSync); logged && len(segs) > 0 {
+			v.jmu.Lock()
+			v.sealedData = append(v.sealedData, sealedData{upto: sealed, segs: segs, sizes: sizes})
+			v.jmu.Unlock()
+		}
+	}
+	if err == nil && !logged && dataToSync {
+		// The data of this seal reaches the disk by this Sync's data
+		// sync only: until then, no commit through the log may take its
+		// operations (a full commit's own data sync covers them).
+		v.jmu.Lock()
+		if v.fullHolds == nil {
+			v.fullHolds = map[uint64]int{}
+		}
+		v.fullHolds[hold]++
+		v.jmu.Unlock()
 	}
 	v.mu.Unlock()
 	v.ioMu.Unlock()
@@ -1200,7 +1254,7 @@ func (v *View) sync(logged bool) error {
 	if syncGapHook != nil {
 		syncGapHook(v)
 	}
-	if logged && v.syncLogged(sealed, segs, sizes) {
+	if logged && v.syncLogged(sealed) {
 		v.releaseJournal(hold)
 		v.freedDurable(f, freed, moved)
 		return nil
@@ -1319,6 +1373,24 @@ func (v *View) releaseJournal(at uint64) {
 	if i := slices.Index(v.holds, at); i >= 0 {
 		v.holds = slices.Delete(v.holds, i, i+1)
 	}
+	if n := v.fullHolds[at]; n > 1 {
+		v.fullHolds[at] = n - 1
+	} else {
+		delete(v.fullHolds, at)
+	}
+}
+
+// fullHoldUpTo reports whether a seal at or before operation n still has
+// its data only in the data file, unsynced (fullHolds).
+func (v *View) fullHoldUpTo(n uint64) bool {
+	v.jmu.Lock()
+	defer v.jmu.Unlock()
+	for at := range v.fullHolds {
+		if at <= n {
+			return true
+		}
+	}
+	return false
 }
 
 // punchBatch is how many durably freed slots wait before the journal loop

@@ -737,14 +737,29 @@ func (v *View) walSealedLocked(f *os.File, withData bool) ([]walSeg, []walMinSiz
 // the log cannot take them (not usable, too full, a commit of the view's
 // records outside it not durable yet, a write or a sync that failed) and
 // nothing it took was committed: the caller then syncs the full way.
-func (v *View) syncLogged(sealed uint64, segs []walSeg, sizes []walMinSize) bool {
+func (v *View) syncLogged(sealed uint64) bool {
 	v.cmu.Lock()
 	defer v.cmu.Unlock()
 	w := v.wal
 	if w == nil || !w.usable || v.walUnlogd.Load() > v.s.synced.Load() || v.dataFailed() != nil {
 		return false
 	}
-	ops, upto := v.takeJournal(sealed)
+	// A full Sync that sealed before this one and has not synced its
+	// data yet: its operations come first, and this one's data sync
+	// covers them. (A hold at or before sealed cannot appear meanwhile:
+	// a new one starts past the operations queued so far.)
+	if v.fullHoldUpTo(sealed) {
+		return false
+	}
+	// The data sealed with the operations taken, this Sync's and any
+	// earlier one's whose operations no commit took yet.
+	ops, upto, data := v.takeJournalData(sealed)
+	var segs []walSeg
+	var sizes []walMinSize
+	for _, d := range data {
+		segs = append(segs, d.segs...)
+		sizes = append(sizes, d.sizes...)
+	}
 	var rec []byte
 	seq := v.walSeq.Load() + 1
 	if len(ops) > 0 || len(segs) > 0 {

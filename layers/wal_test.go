@@ -637,3 +637,126 @@ func TestWALDamagedMark(t *testing.T) {
 		t.Fatalf("after a full sync and a restart the file reads %q", got)
 	}
 }
+
+// TestWALSealedDataTravelsWithItsRecords: a Sync whose sealed operations
+// another Sync commits first must not write its data into the log later,
+// after the slot it read was freed and written again: the data goes with
+// the operations, whoever commits them. (Found by the crash test: a kill
+// after such a late record, and the store opened with a block failing
+// its checksum.)
+func TestWALSealedDataTravelsWithItsRecords(t *testing.T) {
+	keepReuseWhenIdle = true
+	t.Cleanup(func() { keepReuseWhenIdle = false })
+	noLoopSyncs(t)
+	const bs = DefaultBlockSize
+	e := newEnv(t, bs, nil)
+	v := e.view()
+	t.Cleanup(func() { v.Close() })
+	f := mkfile(t, v, RootIno, "f", strings.Repeat("a", bs))
+	g := mkfile(t, v, RootIno, "g", strings.Repeat("g", bs))
+	ok(t, "sync", v.Sync()) // a full one: the first after opening
+	write := func(ino uint64, p string, off int64) {
+		t.Helper()
+		_, err := v.WriteAt(ino, []byte(p), off, false)
+		ok(t, "write", err)
+	}
+	write(f.Ino, "1", 0) // f's block in a new slot X, sealed by the Sync below
+	inGap := false
+	syncGapHook = func(hv *View) {
+		if inGap || hv != v {
+			return
+		}
+		inGap = true
+		// While the first Sync is between its seal and its commit: f's
+		// block moves out of X and a second Sync commits everything
+		// (the first's records too) through the log, which frees X.
+		write(f.Ino, "2", 0)
+		ok(t, "second sync", v.Sync())
+		// X is reused by g's block, and a full sync makes that durable.
+		write(g.Ino, "G", 0)
+		ok(t, "full sync", v.sync(false))
+	}
+	t.Cleanup(func() { syncGapHook = nil })
+	ok(t, "first sync", v.Sync())
+	syncGapHook = nil
+	// The image a kill -9 leaves.
+	img := filepath.Join(t.TempDir(), "store")
+	copyDir(t, filepath.Join(e.dir, "store"), img)
+	s2, v2 := openImage(t, img)
+	t.Cleanup(func() { v2.Close() })
+	if got := content(t, v2, f.Ino); got != "2"+strings.Repeat("a", bs-1) {
+		t.Fatalf("f reads %q...", got[:4])
+	}
+	if got := content(t, v2, g.Ino); got != "G"+strings.Repeat("g", bs-1) {
+		t.Fatalf("g reads %q...", got[:4])
+	}
+	fsckClean(t, s2)
+}
+
+// TestWALLeavesAFullSyncsRecords: a Sync through the log must not commit
+// the records of a full Sync that sealed before it and has not synced
+// its data yet: nothing would make that data durable with them, and a
+// replay of an older record into the slot (reused) would overwrite it.
+// (Found by the crash test: blocks failing their checksums after a kill
+// during a checkpoint.)
+func TestWALLeavesAFullSyncsRecords(t *testing.T) {
+	keepReuseWhenIdle = true
+	t.Cleanup(func() { keepReuseWhenIdle = false })
+	noLoopSyncs(t)
+	const bs = DefaultBlockSize
+	e := newEnv(t, bs, nil)
+	v := e.view()
+	t.Cleanup(func() { v.Close() })
+	f := mkfile(t, v, RootIno, "f", strings.Repeat("f", bs))
+	g := mkfile(t, v, RootIno, "g", strings.Repeat("g", bs))
+	h := mkfile(t, v, RootIno, "h", "")
+	ok(t, "sync", v.Sync()) // a full one: the first after opening
+	write := func(ino uint64, p string) {
+		t.Helper()
+		_, err := v.WriteAt(ino, []byte(p), 0, false)
+		ok(t, "write", err)
+	}
+	write(f.Ino, "1")
+	ok(t, "logged sync", v.Sync()) // f's block in slot X, its bytes in a record
+	write(f.Ino, "2")
+	ok(t, "logged sync", v.Sync()) // f moves on; X is kept for reuse
+	write(g.Ino, "G")              // g's block copied into X
+	img := ""
+	inGap := false
+	syncGapHook = func(hv *View) {
+		if inGap || hv != v {
+			return
+		}
+		inGap = true
+		write(h.Ino, "h")
+		ok(t, "logged sync in the gap", v.Sync())
+		// A kill now: the image the kernel holds.
+		img = filepath.Join(t.TempDir(), "store")
+		copyDir(t, filepath.Join(e.dir, "store"), img)
+	}
+	t.Cleanup(func() { syncGapHook = nil })
+	ok(t, "full sync", v.sync(false))
+	syncGapHook = nil
+	s2, v2 := openImage(t, img)
+	t.Cleanup(func() { v2.Close() })
+	for _, c := range []struct {
+		ino  uint64
+		want string
+	}{{f.Ino, "2" + strings.Repeat("f", bs-1)}, {g.Ino, "G" + strings.Repeat("g", bs-1)}, {h.Ino, "h"}} {
+		if got, err := readAll(v2, c.ino); err != nil || got != c.want {
+			t.Fatalf("inode %d after the kill: %q... %v", c.ino, got[:min(len(got), 4)], err)
+		}
+	}
+	fsckClean(t, s2)
+}
+
+// readAll reads a whole file of v, returning the read's error.
+func readAll(v *View, ino uint64) (string, error) {
+	a, err := v.GetAttr(ino)
+	if err != nil {
+		return "", err
+	}
+	b := make([]byte, a.Size)
+	n, err := v.ReadAt(ino, b, 0)
+	return string(b[:n]), err
+}
