@@ -638,6 +638,20 @@ func TestWALDamagedMark(t *testing.T) {
 	}
 }
 
+// interleavingEnv is a sandbox of the default block size whose view keeps
+// freed slots for reuse and syncs only when the test says: the tests that
+// make one interleaving of Syncs happen.
+func interleavingEnv(t *testing.T) (*testEnv, *View) {
+	t.Helper()
+	keepReuseWhenIdle = true
+	t.Cleanup(func() { keepReuseWhenIdle = false })
+	noLoopSyncs(t)
+	e := newEnv(t, DefaultBlockSize, nil)
+	v := e.view()
+	t.Cleanup(func() { v.Close() })
+	return e, v
+}
+
 // TestWALSealedDataTravelsWithItsRecords: a Sync whose sealed operations
 // another Sync commits first must not write its data into the log later,
 // after the slot it read was freed and written again: the data goes with
@@ -645,13 +659,8 @@ func TestWALDamagedMark(t *testing.T) {
 // after such a late record, and the store opened with a block failing
 // its checksum.)
 func TestWALSealedDataTravelsWithItsRecords(t *testing.T) {
-	keepReuseWhenIdle = true
-	t.Cleanup(func() { keepReuseWhenIdle = false })
-	noLoopSyncs(t)
 	const bs = DefaultBlockSize
-	e := newEnv(t, bs, nil)
-	v := e.view()
-	t.Cleanup(func() { v.Close() })
+	e, v := interleavingEnv(t)
 	f := mkfile(t, v, RootIno, "f", strings.Repeat("a", bs))
 	g := mkfile(t, v, RootIno, "g", strings.Repeat("g", bs))
 	ok(t, "sync", v.Sync()) // a full one: the first after opening
@@ -700,13 +709,8 @@ func TestWALSealedDataTravelsWithItsRecords(t *testing.T) {
 // (Found by the crash test: blocks failing their checksums after a kill
 // during a checkpoint.)
 func TestWALLeavesAFullSyncsRecords(t *testing.T) {
-	keepReuseWhenIdle = true
-	t.Cleanup(func() { keepReuseWhenIdle = false })
-	noLoopSyncs(t)
 	const bs = DefaultBlockSize
-	e := newEnv(t, bs, nil)
-	v := e.view()
-	t.Cleanup(func() { v.Close() })
+	e, v := interleavingEnv(t)
 	f := mkfile(t, v, RootIno, "f", strings.Repeat("f", bs))
 	g := mkfile(t, v, RootIno, "g", strings.Repeat("g", bs))
 	h := mkfile(t, v, RootIno, "h", "")
