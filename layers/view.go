@@ -261,9 +261,10 @@ type View struct {
 	walSeq, walSynced, walData, walUnlogd atomic.Uint64
 	walOn                                 atomic.Bool   // wal.usable, read without cmu
 	fullSyncs                             atomic.Uint64 // Syncs that synced the data file and badger's log
-	// sealedNow are the slots the last seal sealed (sealLocked): a Sync
-	// through the intent log writes their pages into it.
-	sealedNow []slotSpan
+	// sealedNow are the slots the last seal sealed (sealLocked), with
+	// their blocks: a Sync through the intent log writes their pages
+	// into it.
+	sealedNow []sealedSlot
 	// sealedData (under jmu) is the data of seals through the intent log
 	// whose operations no commit has taken yet, in order.
 	sealedData []sealedData
@@ -1161,6 +1162,10 @@ func (p *prepared) commit() error {
 		return nil
 	}
 	p.v.putBackJournal(p.ops, nil)
+	// The quiesce synced the data of every record so far: the journal's
+	// commits below say so (a replay of an older record's data would
+	// otherwise write a reused slot's old bytes under them).
+	p.v.walCovered(p.v.walSeq.Load())
 	if cerr := p.v.commitThroughLocked(math.MaxUint64); cerr != nil {
 		return cerr
 	}
@@ -1564,7 +1569,7 @@ func (v *View) sealLocked() error {
 			if !ref.sealed() {
 				st.allocKnown = false // a page of zeros is a hole now
 				ref.open, ref.dirty, ref.zero = false, nil, nil
-				v.sealedNow = append(v.sealedNow, ref.span())
+				v.sealedNow = append(v.sealedNow, sealedSlot{ino: ino, blk: b, span: ref.span()})
 			}
 			op = append(op, kv{key: keyBlock(act, ino, b), val: encodeBlockRef(*ref)})
 		}

@@ -66,11 +66,19 @@ func keyWal(sandbox string) []byte { return append([]byte{tWal, '/'}, sandbox...
 
 func (s *Store) walPath(sandbox string) string { return filepath.Join(s.dir, "wal", sandbox) }
 
-// walSeg is data to write into a layer's data file at off.
+// walSeg is data to write into a layer's data file at off: the slot of
+// block blk of inode ino, as it was sealed.
 type walSeg struct {
-	layer string
-	off   int64
-	data  []byte
+	layer    string
+	ino, blk uint64
+	off      int64
+	data     []byte
+}
+
+// sealedSlot is a slot a seal sealed, with its block.
+type sealedSlot struct {
+	ino, blk uint64
+	span     slotSpan
 }
 
 // walMinSize is the size a layer's data file has at least.
@@ -115,6 +123,8 @@ func encodeWalRec(r walRec) []byte {
 	b = binary.AppendUvarint(b, uint64(len(r.segs)))
 	for _, sg := range r.segs {
 		b = appendBytes(b, []byte(sg.layer))
+		b = binary.AppendUvarint(b, sg.ino)
+		b = binary.AppendUvarint(b, sg.blk)
 		b = binary.AppendUvarint(b, uint64(sg.off))
 		b = appendBytes(b, sg.data)
 	}
@@ -189,8 +199,8 @@ func decodeWalRec(b []byte) (walRec, int, error) {
 	}
 	for range count() {
 		layer := string(bytesOf())
-		off := d.uvarint()
-		r.segs = append(r.segs, walSeg{layer: layer, off: int64(off), data: bytesOf()})
+		ino, blk, off := d.uvarint(), d.uvarint(), d.uvarint()
+		r.segs = append(r.segs, walSeg{layer: layer, ino: ino, blk: blk, off: int64(off), data: bytesOf()})
 		if off > MaxFileSize {
 			d.err = ErrCorrupt
 		}
@@ -371,10 +381,15 @@ func (s *Store) recoverWAL(sandbox string) error {
 	}
 	last := next - 1
 	if last > synced {
+		// The operations first: the data is written only where the
+		// records then committed expect it.
+		if err := s.replayWalOps(recs, committed); err != nil {
+			return err
+		}
 		if err := s.replayWalData(recs, synced); err != nil {
 			return err
 		}
-		if err := s.replayWalOps(sandbox, recs, committed, last); err != nil {
+		if err := s.markWALPlaced(sandbox, last); err != nil {
 			return err
 		}
 	}
@@ -385,9 +400,13 @@ func (s *Store) recoverWAL(sandbox string) error {
 
 // replayWalData writes the data of the records past synced into the data
 // files, makes the files at least as large as they say, and syncs them.
-// A layer that is gone keeps nothing (its data file is not made again);
-// the active layer's data file may have been lost with the rename that
-// made it, and is.
+// A page is written only where the committed record of its block names
+// its slot and expects its checksum: a record's bytes for a slot that was
+// freed and used again since (whose own bytes a later record, or a data
+// sync a mark did not tell of, holds) are left out, so no replay can put
+// old bytes under a newer block. A layer that is gone keeps nothing (its
+// data file is not made again); the active layer's data file may have
+// been lost with the rename that made it, and is.
 func (s *Store) replayWalData(recs []walRec, synced uint64) error {
 	files := map[string]*os.File{}
 	var first error
@@ -427,9 +446,18 @@ func (s *Store) replayWalData(recs []walRec, synced uint64) error {
 			}
 		}
 		for _, sg := range r.segs {
-			if f := file(sg.layer); f != nil {
-				_, err := f.WriteAt(sg.data, sg.off)
-				keep(err)
+			f := file(sg.layer)
+			if f == nil {
+				continue
+			}
+			ref, err := s.committedRef(sg)
+			keep(err)
+			for p := 0; ref != nil && p < len(ref.CRCs) && (p+1)*pageSize <= len(sg.data); p++ {
+				page := sg.data[p*pageSize : (p+1)*pageSize]
+				if crc32.Checksum(page, castagnoli()) == ref.CRCs[p] {
+					_, err := f.WriteAt(page, sg.off+int64(p)*pageSize)
+					keep(err)
+				}
 			}
 		}
 	}
@@ -444,11 +472,32 @@ func (s *Store) replayWalData(recs []walRec, synced uint64) error {
 	return first
 }
 
+// committedRef is the committed record of sg's block when it names sg's
+// slot in sg's layer's own data file; nil otherwise.
+func (s *Store) committedRef(sg walSeg) (*blockRef, error) {
+	var ref *blockRef
+	err := s.view(func(txn *badger.Txn) error {
+		item, err := txn.Get(keyBlock(sg.layer, sg.ino, sg.blk))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			if r, err := decodeBlockRef(v); err == nil && r.Home == "" && r.off() == sg.off {
+				ref = &r
+			}
+			return nil
+		})
+	})
+	return ref, err
+}
+
 // replayWalOps commits the operations of the records past committed, in
-// order, moves the inode lease past every inode number they hold (its own
-// commit was never synced), stores the mark that says every record up to
-// last is in place, and syncs badger's logs.
-func (s *Store) replayWalOps(sandbox string, recs []walRec, committed, last uint64) error {
+// order, and moves the inode lease past every inode number they hold (its
+// own commit was never synced).
+func (s *Store) replayWalOps(recs []walRec, committed uint64) error {
 	var maxIno uint64 // the lease the replayed numbers need
 	for _, r := range recs {
 		if r.seq <= committed {
@@ -487,10 +536,17 @@ func (s *Store) replayWalOps(sandbox string, recs []walRec, committed, last uint
 		if err == nil && maxIno > lease {
 			err = txn.Set(inoSeqKey, binary.BigEndian.AppendUint64(nil, maxIno))
 		}
-		if err == nil {
-			err = txn.Set(keyWal(sandbox), encodeWalMark(last, last))
-		}
 		return err
+	})
+	return mapOSErr(err)
+}
+
+// markWALPlaced stores, once the replay's operations are committed and its
+// data synced, the mark that says every record up to last is in place,
+// and syncs badger's logs.
+func (s *Store) markWALPlaced(sandbox string, last uint64) error {
+	err := s.update(func(txn *badger.Txn) error {
+		return txn.Set(keyWal(sandbox), encodeWalMark(last, last))
 	})
 	if err == nil {
 		err = s.syncLogs()
@@ -710,8 +766,8 @@ func (v *View) walSealedLocked(f *os.File, withData bool) ([]walSeg, []walMinSiz
 		return nil, nil, true
 	}
 	total := 0
-	for _, sp := range v.sealedNow {
-		total += int(sp.n) * pageSize
+	for _, ss := range v.sealedNow {
+		total += int(ss.span.n) * pageSize
 	}
 	if total > walMaxData {
 		return nil, nil, false
@@ -719,13 +775,14 @@ func (v *View) walSealedLocked(f *os.File, withData bool) ([]walSeg, []walMinSiz
 	layer := v.activeLayer()
 	segs := make([]walSeg, 0, len(v.sealedNow))
 	buf := make([]byte, total)
-	for _, sp := range v.sealedNow {
+	for _, ss := range v.sealedNow {
+		sp := ss.span
 		data := buf[: int(sp.n)*pageSize : int(sp.n)*pageSize]
 		buf = buf[len(data):]
 		if n, err := f.ReadAt(data, int64(sp.at)*pageSize); err != nil && !(errors.Is(err, io.EOF) && n >= 0) {
 			return nil, nil, false
 		}
-		segs = append(segs, walSeg{layer: layer, off: int64(sp.at) * pageSize, data: data})
+		segs = append(segs, walSeg{layer: layer, ino: ss.ino, blk: ss.blk, off: int64(sp.at) * pageSize, data: data})
 	}
 	return segs, []walMinSize{{layer: layer, size: int64(v.nextPage) * pageSize}}, true
 }

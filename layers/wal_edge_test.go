@@ -56,11 +56,11 @@ func TestWALRecordRefused(t *testing.T) {
 		{"a second change missing", payload(1, 2, "\x01", 1, "k")},
 		{"an unknown change kind", payload(1, 1, "\x02", 1, "k")},
 		{"a key longer than the record", payload(1, 1, "\x01", 50, "k")},
-		{"a segment past the largest file", payload(0, 1, 1, "L", uint64(MaxFileSize+1), 1, "d", 0)},
+		{"a segment past the largest file", payload(0, 1, 1, "L", 5, 0, uint64(MaxFileSize+1), 1, "d", 0)},
 		{"a size past the largest file", payload(0, 0, 1, 1, "L", uint64(MaxFileSize+1))},
 		{"bytes after the record", payload(0, 0, 0, "extra")},
-		{"a segment of a path", payload(0, 1, 5, "../x1", 0, 1, "d", 0)},
-		{"a segment of no layer", payload(0, 1, 0, 0, 1, "d", 0)},
+		{"a segment of a path", payload(0, 1, 5, "../x1", 5, 0, 0, 1, "d", 0)},
+		{"a segment of no layer", payload(0, 1, 0, 5, 0, 0, 1, "d", 0)},
 		{"a size of a long name", payload(0, 0, 1, len(long), long, 10)},
 		{"a size of a path", payload(0, 0, 1, 3, "a/b", 10)},
 	} {
@@ -75,9 +75,9 @@ func TestWALRecordRefused(t *testing.T) {
 		t.Fatalf("a record cut short decoded: %v", err)
 	}
 	// The same framing accepts a well-formed payload.
-	ok := payload(1, 1, "\x00", 3, "x/k", 1, "v", 1, 2, "L1", 4096, 1, "d", 1, 2, "L1", 8192)
+	ok := payload(1, 1, "\x00", 3, "x/k", 1, "v", 1, 2, "L1", 7, 2, 4096, 1, "d", 1, 2, "L1", 8192)
 	r, n, err := decodeWalRec(rawWalRec(3, 4, ok))
-	if err != nil || n != walHeader+len(ok) || r.seq != 4 || r.sizes[0].size != 8192 || string(r.segs[0].data) != "d" {
+	if err != nil || n != walHeader+len(ok) || r.seq != 4 || r.sizes[0].size != 8192 || string(r.segs[0].data) != "d" || r.segs[0].ino != 7 || r.segs[0].blk != 2 {
 		t.Fatalf("a well-formed record: %+v %d %v", r, n, err)
 	}
 }

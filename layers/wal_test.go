@@ -688,6 +688,27 @@ func TestWALSealedDataTravelsWithItsRecords(t *testing.T) {
 	t.Cleanup(func() { syncGapHook = nil })
 	ok(t, "first sync", v.Sync())
 	syncGapHook = nil
+	// Every record that names a block's slot carries the slot's bytes:
+	// none comes later, when the slot may hold another block's.
+	log, err := os.ReadFile(e.store.walPath("sb"))
+	ok(t, "read log", err)
+	for _, r := range walCycle(bytes.NewReader(log), int64(len(log))) {
+		named := map[[2]uint64]bool{}
+		for _, op := range r.ops {
+			for _, c := range op {
+				if c.key[0] == tBlock && !c.del {
+					ref, err := decodeBlockRef(c.val)
+					ok(t, "block record", err)
+					named[[2]uint64{beUint64(c.key[29:]), uint64(ref.off())}] = true
+				}
+			}
+		}
+		for _, sg := range r.segs {
+			if !named[[2]uint64{sg.ino, uint64(sg.off)}] {
+				t.Fatalf("record %d carries bytes of inode %d at %d without its block's record", r.seq, sg.ino, sg.off)
+			}
+		}
+	}
 	// The image a kill -9 leaves.
 	img := filepath.Join(t.TempDir(), "store")
 	copyDir(t, filepath.Join(e.dir, "store"), img)
@@ -709,22 +730,8 @@ func TestWALSealedDataTravelsWithItsRecords(t *testing.T) {
 // (Found by the crash test: blocks failing their checksums after a kill
 // during a checkpoint.)
 func TestWALLeavesAFullSyncsRecords(t *testing.T) {
-	const bs = DefaultBlockSize
-	e, v := interleavingEnv(t)
-	f := mkfile(t, v, RootIno, "f", strings.Repeat("f", bs))
-	g := mkfile(t, v, RootIno, "g", strings.Repeat("g", bs))
+	e, v, sc := reusedSlotScene(t)
 	h := mkfile(t, v, RootIno, "h", "")
-	ok(t, "sync", v.Sync()) // a full one: the first after opening
-	write := func(ino uint64, p string) {
-		t.Helper()
-		_, err := v.WriteAt(ino, []byte(p), 0, false)
-		ok(t, "write", err)
-	}
-	write(f.Ino, "1")
-	ok(t, "logged sync", v.Sync()) // f's block in slot X, its bytes in a record
-	write(f.Ino, "2")
-	ok(t, "logged sync", v.Sync()) // f moves on; X is kept for reuse
-	write(g.Ino, "G")              // g's block copied into X
 	img := ""
 	inGap := false
 	syncGapHook = func(hv *View) {
@@ -732,8 +739,12 @@ func TestWALLeavesAFullSyncsRecords(t *testing.T) {
 			return
 		}
 		inGap = true
-		write(h.Ino, "h")
-		ok(t, "logged sync in the gap", v.Sync())
+		sc.write(h.Ino, "h")
+		full := v.fullSyncs.Load()
+		ok(t, "sync in the gap", v.Sync())
+		if v.fullSyncs.Load() != full+1 {
+			t.Error("the Sync in the gap went through the log, over records whose data is not synced")
+		}
 		// A kill now: the image the kernel holds.
 		img = filepath.Join(t.TempDir(), "store")
 		copyDir(t, filepath.Join(e.dir, "store"), img)
@@ -741,14 +752,57 @@ func TestWALLeavesAFullSyncsRecords(t *testing.T) {
 	t.Cleanup(func() { syncGapHook = nil })
 	ok(t, "full sync", v.sync(false))
 	syncGapHook = nil
+	sc.check(img, map[uint64]string{h.Ino: "h"})
+}
+
+// reusedSlotScene is a view (interleavingEnv) in which file g's block has
+// just been copied, unsealed, into a slot X that file f's block held, whose
+// bytes a record of the intent log holds and whose freeing is durable:
+// what a replay of that record could put back under g's block.
+func reusedSlotScene(t *testing.T) (*testEnv, *View, *slotScene) {
+	t.Helper()
+	const bs = DefaultBlockSize
+	e, v := interleavingEnv(t)
+	sc := &slotScene{t: t, v: v}
+	sc.f = mkfile(t, v, RootIno, "f", strings.Repeat("f", bs)).Ino
+	sc.g = mkfile(t, v, RootIno, "g", strings.Repeat("g", bs)).Ino
+	ok(t, "sync", v.Sync()) // a full one: the first after opening
+	sc.write(sc.f, "1")
+	ok(t, "logged sync", v.Sync()) // f's block in slot X, its bytes in a record
+	sc.write(sc.f, "2")
+	ok(t, "logged sync", v.Sync()) // f moves on; X is kept for reuse
+	sc.write(sc.g, "G")            // g's block copied into X
+	return e, v, sc
+}
+
+// slotScene is what reusedSlotScene made.
+type slotScene struct {
+	t    *testing.T
+	v    *View
+	f, g uint64
+}
+
+func (sc *slotScene) write(ino uint64, p string) {
+	sc.t.Helper()
+	_, err := sc.v.WriteAt(ino, []byte(p), 0, false)
+	ok(sc.t, "write", err)
+}
+
+// check opens the store image img (a kill's) and checks that f, g and the
+// files of more read as written, and fsck.
+func (sc *slotScene) check(img string, more map[uint64]string) {
+	t := sc.t
+	t.Helper()
+	const bs = DefaultBlockSize
 	s2, v2 := openImage(t, img)
 	t.Cleanup(func() { v2.Close() })
-	for _, c := range []struct {
-		ino  uint64
-		want string
-	}{{f.Ino, "2" + strings.Repeat("f", bs-1)}, {g.Ino, "G" + strings.Repeat("g", bs-1)}, {h.Ino, "h"}} {
-		if got, err := readAll(v2, c.ino); err != nil || got != c.want {
-			t.Fatalf("inode %d after the kill: %q... %v", c.ino, got[:min(len(got), 4)], err)
+	want := map[uint64]string{sc.f: "2" + strings.Repeat("f", bs-1), sc.g: "G" + strings.Repeat("g", bs-1)}
+	for ino, c := range more {
+		want[ino] = c
+	}
+	for ino, c := range want {
+		if got, err := readAll(v2, ino); err != nil || got != c {
+			t.Fatalf("inode %d after the kill: %q... %v", ino, got[:min(len(got), 4)], err)
 		}
 	}
 	fsckClean(t, s2)
@@ -763,4 +817,42 @@ func readAll(v *View, ino uint64) (string, error) {
 	b := make([]byte, a.Size)
 	n, err := v.ReadAt(ino, b, 0)
 	return string(b[:n]), err
+}
+
+// TestWALCheckpointCommittingTheJournalFirst: a checkpoint whose
+// transaction cannot take the journal commits the journal on its own
+// first; those commits say that the quiesce synced the data, so a kill
+// between them and the checkpoint's transaction leaves nothing to replay
+// under them. (Found by the crash test: a kill during a checkpoint, a
+// reused slot's old bytes replayed under a committed block.)
+func TestWALCheckpointCommittingTheJournalFirst(t *testing.T) {
+	e, v, sc := reusedSlotScene(t)
+	logged := v.walSeq.Load() // the record that freed X among them
+	img := ""
+	calls := 0
+	_, _, err := e.store.Freeze(e.name, func(tx *Txn, frozen, next string) error {
+		calls++
+		if calls == 1 {
+			return fmt.Errorf("a read of the layer: %w", errNeedsJournal)
+		}
+		// What is committed (not this transaction's own mark).
+		var synced uint64
+		err := e.store.View(func(tx *Txn) error {
+			var err error
+			_, synced, err = walMark(tx.txn, "sb")
+			return err
+		})
+		if err != nil || synced < logged {
+			t.Errorf("the journal's commits say the data is synced up to record %d (%v), want %d", synced, err, logged)
+		}
+		// The journal is committed; a kill now, before this transaction.
+		img = filepath.Join(t.TempDir(), "store")
+		copyDir(t, filepath.Join(e.dir, "store"), img)
+		return nil
+	})
+	ok(t, "freeze", err)
+	if calls != 2 {
+		t.Fatalf("the checkpoint's function ran %d times, want 2", calls)
+	}
+	sc.check(img, nil)
 }
