@@ -520,6 +520,14 @@ func (v *View) Close() error {
 		return nil
 	}
 	v.mu.Unlock()
+	// The log takes no more Syncs: the full one below then covers the
+	// data of every record, and the mark closeWAL stores can say so.
+	v.cmu.Lock()
+	if v.wal != nil {
+		v.wal.usable, v.wal.closing = false, true
+	}
+	v.walOn.Store(false)
+	v.cmu.Unlock()
 	err := v.sync(false)
 	if cerr := v.closeWAL(err == nil); err == nil {
 		err = cerr

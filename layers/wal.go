@@ -603,8 +603,9 @@ type walLog struct {
 	// usable: the log is written full and every commit since the cycle
 	// began has its record; else Syncs are full ones until one lets the
 	// log start again.
-	usable bool
-	dirty  bool // records were appended since the log's last sync
+	usable  bool
+	dirty   bool // records were appended since the log's last sync
+	closing bool // the view is closing: the log does not start again
 }
 
 // newCycle is a cycle number not used before (random: the log's earlier
@@ -671,6 +672,9 @@ func (v *View) openWAL() error {
 // cmu, and every record of the old cycle is committed and its data synced.
 func (v *View) restartWALLocked() {
 	w := v.wal
+	if w.closing {
+		return
+	}
 	w.off, w.cycle, w.usable, w.dirty = 0, newCycle(), true, false
 	// The commits before the cycle have no record in it: the log serves
 	// a Sync once they are durable.
