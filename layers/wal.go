@@ -20,12 +20,16 @@ package layers
 // commit stores, under w/<sandbox>, the number of its record and the
 // number up to which the records' data is synced in the data files. On
 // opening the store, the records of the cycle that follow one another
-// from the log's start are read: the data of those past the synced
-// number is written into the data files again (the same bytes into the
-// same slots, so it does no harm where it is already there: a slot that
-// is written again without a record is first freed by a commit that a
-// later record or badger holds), and the operations of those past the
-// committed number are committed again, in order.
+// from the log's start are read: the operations of those past the
+// committed number are committed again, in order, and then the data of
+// those past the synced number is written into the data files, each page
+// only where the committed record of its block names its slot and
+// expects its checksum (replayWalData).
+//
+// A seal's data travels with its operations: whichever commit takes them
+// logs the data with them or, a full one, has synced it (sealedData); a
+// commit through the log never takes the operations of a seal whose data
+// only a full Sync still in progress will sync (fullHolds).
 
 import (
 	"crypto/rand"
