@@ -56,6 +56,7 @@ func (s *Store) Fsck() (FsckReport, error) {
 		ref   blockRef
 	}
 	var blocks []blockAt
+	var walMarks []string      // sandboxes with an intent log mark
 	bsOf := map[string]int64{} // layer -> block size of its sandbox
 	err := s.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true})
@@ -78,6 +79,11 @@ func (s *Store) Fsck() (FsckReport, error) {
 					continue
 				}
 				sandboxes[info.Name] = info
+			case tWal:
+				if _, _, err := decodeWalMark(val); err != nil {
+					add(Problem{Kind: "record", Sandbox: string(k[2:]), Detail: "intent log mark does not decode (the log is left as it is and the sandbox syncs the full way): " + err.Error()})
+				}
+				walMarks = append(walMarks, string(k[2:]))
 			case tLayer:
 				var l LayerInfo
 				if err := json.Unmarshal(val, &l); err != nil {
@@ -132,6 +138,11 @@ func (s *Store) Fsck() (FsckReport, error) {
 		return rep, fmt.Errorf("fsck: %w", err)
 	}
 	rep.Sandboxes, rep.Layers = len(sandboxes), len(layers)
+	for _, name := range walMarks {
+		if _, ok := sandboxes[name]; !ok {
+			add(Problem{Kind: "orphan", Sandbox: name, Detail: "intent log mark of a sandbox that does not exist"})
+		}
+	}
 	// Stacks: every parent exists, no cycles, heads are active layers.
 	for _, l := range layers {
 		if l.Parent != "" {

@@ -614,13 +614,26 @@ func TestWALClearedOnUnmount(t *testing.T) {
 }
 
 // TestWALDamagedMark: a mark that does not decode leaves the log alone:
-// the store opens, the sandbox mounts and syncs the full way.
+// the store opens, the sandbox mounts and syncs the full way, and fsck
+// reports the mark (and one of a sandbox that does not exist).
 func TestWALDamagedMark(t *testing.T) {
 	e := newEnv(t, MinBlockSize, nil)
 	v := e.view()
 	f := mkfile(t, v, RootIno, "f", "kept")
 	ok(t, "close", v.Close())
 	ok(t, "damage", e.store.Update(func(tx *Txn) error { return tx.txn.Set(keyWal("sb"), []byte("bad")) }))
+	ok(t, "a mark of no sandbox", e.store.Update(func(tx *Txn) error { return tx.txn.Set(keyWal("ghost"), encodeWalMark(1, 1)) }))
+	rep, err := e.store.Fsck()
+	ok(t, "fsck", err)
+	var kinds []string
+	for _, p := range rep.Problems {
+		kinds = append(kinds, p.Kind+" "+p.Sandbox)
+	}
+	sort.Strings(kinds)
+	if !slices.Equal(kinds, []string{"orphan ghost", "record sb"}) {
+		t.Fatalf("fsck found %+v, want the damaged mark and the mark of no sandbox", rep.Problems)
+	}
+	ok(t, "remove the ghost's mark", e.store.Update(func(tx *Txn) error { return tx.txn.Delete(keyWal("ghost")) }))
 	v = e.reopen(e.view())
 	t.Cleanup(func() { v.Close() })
 	if got := content(t, v, f.Ino); got != "kept" {
@@ -629,7 +642,7 @@ func TestWALDamagedMark(t *testing.T) {
 	if walOffset(v) != -1 {
 		t.Fatal("a view uses a log whose mark does not decode")
 	}
-	_, err := v.WriteAt(f.Ino, []byte("KEPT"), 0, false)
+	_, err = v.WriteAt(f.Ino, []byte("KEPT"), 0, false)
 	ok(t, "write", err)
 	ok(t, "sync", v.Sync())
 	v = e.reopen(v)
