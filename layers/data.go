@@ -1139,9 +1139,7 @@ func (v *View) zero(ino uint64, off, length int64, keepSize, alloc bool) error {
 func zeroSlot(f *os.File, off, n int64) error {
 	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
 	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
-		buf := getBlockBuf(n)
-		defer putBlockBuf(buf)
-		_, err = f.WriteAt(buf, off)
+		err = writeZeros(f, off, n)
 	}
 	return mapOSErr(err)
 }

@@ -687,7 +687,7 @@ func (s *Store) checkSpace() error {
 	}
 	total, free := fs.Blocks*uint64(fs.Bsize), fs.Bavail*uint64(fs.Bsize)
 	// Badger's memtable journal (32 MiB) plus the table it is flushed to.
-	reserve := min(96<<20, total/4)
+	reserve := metaReserve(total)
 	if free < reserve {
 		return fmt.Errorf("%w: %d bytes free, the rest is kept for metadata", ErrNoSpace, free)
 	}
@@ -696,6 +696,11 @@ func (s *Store) checkSpace() error {
 	}
 	return nil
 }
+
+// metaReserve is the free space checkSpace keeps for the metadata store
+// on a file system of total bytes: badger's memtable journal (32 MiB)
+// plus the table it is flushed to, or a quarter of a small file system.
+func metaReserve(total uint64) uint64 { return min(96<<20, total/4) }
 
 // spaceSlack and spaceTrust: see checkSpace.
 const (

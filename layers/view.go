@@ -984,45 +984,23 @@ func (v *View) commitOpsLocked(ops [][]kv, seq uint64) error {
 		// The number goes in as one more operation, after the others.
 		all = append(ops[:len(ops):len(ops)], []kv{v.walMarkKV(seq)})
 	}
-	perTxn := seq == 0 && v.wal != nil
-	for i := 0; i < len(all); {
-		n := v.walSeq.Load() + 1
-		fill := func(txn *badger.Txn, to int) (int, error) {
-			if perTxn {
-				m := v.walMarkKV(n)
-				if err := txn.Set(m.key, m.val); err != nil {
-					return i, err
-				}
-			}
-			for k := i; k < to; k++ {
-				if err := applyOp(txn, all[k]); err != nil {
-					return k, err
-				}
-			}
-			return to, nil
+	var head func(txn *badger.Txn) error
+	if seq == 0 && v.wal != nil {
+		head = func(txn *badger.Txn) error {
+			m := v.walMarkKV(v.walSeq.Load() + 1)
+			return txn.Set(m.key, m.val)
 		}
-		txn := v.s.db.NewTransaction(true)
-		j, err := fill(txn, len(all))
-		if errors.Is(err, badger.ErrTxnTooBig) && j > i {
-			txn.Discard()
-			txn = v.s.db.NewTransaction(true)
-			j, err = fill(txn, j)
-		}
-		if err == nil {
-			err = txn.Commit()
-		}
-		txn.Discard()
-		if err != nil {
-			err = mapOSErr(err)
-			v.putBackJournal(ops[min(i, len(ops)):], err)
-			return fmt.Errorf("commit journal: %w", err)
-		}
+	}
+	n, err := commitBatches(v.s.db, all, head, func(from, to int) {
 		v.s.commits.Add(1)
-		if perTxn {
-			v.walSeq.Store(n)
-			v.walAppendLocked(n, all[i:j])
+		if head != nil {
+			seq := v.walSeq.Add(1)
+			v.walAppendLocked(seq, all[from:to])
 		}
-		i = j
+	})
+	if err != nil {
+		v.putBackJournal(ops[min(n, len(ops)):], err)
+		return fmt.Errorf("commit journal: %w", err)
 	}
 	if seq != 0 {
 		v.walSeq.Store(seq)

@@ -570,17 +570,32 @@ func clearWAL(f *os.File) error {
 // replayWalRec commits r's operations, in as many transactions as they
 // need.
 func replayWalRec(db *badger.DB, r walRec) error {
-	for i := 0; i < len(r.ops); {
+	_, err := commitBatches(db, r.ops, nil, nil)
+	return err
+}
+
+// commitBatches commits ops in order, as many to a transaction as fit but
+// never splitting one. head, when set, writes its own keys first into
+// every transaction (their number is given); done, when set, runs after
+// each commit with the operations it took. It returns how many operations
+// it committed, which are all of them unless it fails.
+func commitBatches(db *badger.DB, ops [][]kv, head func(txn *badger.Txn) error, done func(from, to int)) (int, error) {
+	for i := 0; i < len(ops); {
 		fill := func(txn *badger.Txn, to int) (int, error) {
+			if head != nil {
+				if err := head(txn); err != nil {
+					return i, err
+				}
+			}
 			for k := i; k < to; k++ {
-				if err := applyOp(txn, r.ops[k]); err != nil {
+				if err := applyOp(txn, ops[k]); err != nil {
 					return k, err
 				}
 			}
 			return to, nil
 		}
 		txn := db.NewTransaction(true)
-		j, err := fill(txn, len(r.ops))
+		j, err := fill(txn, len(ops))
 		if errors.Is(err, badger.ErrTxnTooBig) && j > i {
 			// The operation that did not fit goes into the next one.
 			txn.Discard()
@@ -592,11 +607,14 @@ func replayWalRec(db *badger.DB, r walRec) error {
 		}
 		txn.Discard()
 		if err != nil {
-			return mapOSErr(err)
+			return i, mapOSErr(err)
+		}
+		if done != nil {
+			done(i, j)
 		}
 		i = j
 	}
-	return nil
+	return len(ops), nil
 }
 
 // walLog is a live view's intent log; guarded by the view's cmu.
@@ -646,7 +664,7 @@ func (v *View) openWAL() error {
 			return fail(mapOSErr(err))
 		}
 		total, free := fs.Blocks*uint64(fs.Bsize), fs.Bavail*uint64(fs.Bsize)
-		if free < min(96<<20, total/4)+4*uint64(walSize) {
+		if free < metaReserve(total)+4*uint64(walSize) {
 			return fail(fmt.Errorf("intent log: %w", ErrNoSpace))
 		}
 		if err := writeZeros(f, 0, walSize); err != nil {
