@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -321,8 +322,11 @@ func TestRollbackRunAgainCountsOnce(t *testing.T) {
 	// makes badger refuse the commit as a conflict.
 	cpKey := keyLayerCP(c1.Layer)
 	rewritten := make(chan error, 1)
+	var fired atomic.Bool
 	restore := e.store.InjectFault(func(op, key string) error {
-		if op != "datasync" {
+		// The rollback's one device flush: its intent log record's, or
+		// the data file's when it goes the full way.
+		if op != "datasync" && op != "walsync" || fired.Swap(true) {
 			return nil
 		}
 		go func() {

@@ -125,6 +125,9 @@ func (s *Store) Dedup() (DedupResult, error) {
 	s.dedupMu.Lock()
 	defer s.dedupMu.Unlock()
 	var res DedupResult
+	if err := s.syncLazyViews(); err != nil {
+		return res, fmt.Errorf("dedup: %w", err)
+	}
 	left, err := s.finishPunches()
 	res.BytesFreed = left
 	if err != nil {

@@ -621,7 +621,7 @@ func (v *View) subtree(ino uint64, top string) ([]PathAttr, error) {
 // scanLayerRecords calls entry for each directory entry and inode for each
 // inode a layer records, and tells both views where the layer's base
 // inodes come from: they are only known to a view through a listing.
-func scanLayerRecords(txn *badger.Txn, layer string, va, vb *View, entry func(entryKey), inode func(uint64)) error {
+func scanLayerRecords(txn dbTxn, layer string, va, vb *View, entry func(entryKey), inode func(uint64)) error {
 	prefix := prefixLayerTable(tEntry, layer)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 	for it.Rewind(); it.Valid(); it.Next() {

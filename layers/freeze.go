@@ -48,7 +48,7 @@ func (s *Store) Freeze(name string, fn FreezeFunc) (frozen, next string, err err
 	return frozen, next, err
 }
 
-func freezeTxn(txn *badger.Txn, name, next string) (string, error) {
+func freezeTxn(txn dbTxn, name, next string) (string, error) {
 	var info SandboxInfo
 	if err := getJSON(txn, keySandbox(name), &info); err != nil {
 		return "", fmt.Errorf("sandbox %s: %w", name, err)
@@ -72,53 +72,91 @@ func freezeTxn(txn *badger.Txn, name, next string) (string, error) {
 	return top.ID, putJSON(txn, keySandbox(name), info)
 }
 
-// quiesce stops the view's writers, seals everything, makes the data
+// quiesce stops the view's writers, seals everything, makes the changes
 // durable and commits, in one transaction with the journal, what fn
-// writes; it returns with ioMu, mu and cmu held (release). The data
-// written so far is final, so it syncs while the blocks are sealed, which
-// only reads it; during runs meanwhile too (work on the sealed state in
-// memory), and then the transaction is built (prepareWithJournalLocked).
-// The journal, whose sealed blocks' records name the new slots, is
-// committed only once the data is durable: the store's log is shared, and
-// another sandbox's sync may flush it at any moment after a commit. If
-// the seal or the sync fails, nothing is committed and the journal stays
-// pending. Holding cmu keeps the journal loop out meanwhile.
-func (v *View) quiesce(during func(), fn journalFunc) error {
+// writes; it returns with ioMu, mu and cmu held (release), and reports
+// whether the commit went through the intent log (then the caller does
+// not sync badger's log: the log's record is the durable copy).
+//
+// The data written so far is final, so it syncs while the blocks are
+// sealed, which only reads it; during runs meanwhile too (work on the
+// sealed state in memory), and then the transaction is built
+// (prepareWithJournalLocked). The journal, whose sealed blocks' records
+// name the new slots, is committed only once the data is durable: the
+// store's log is shared, and another sandbox's sync may flush it at any
+// moment after a commit. If the seal or the sync fails, nothing is
+// committed and the journal stays pending. Holding cmu keeps the journal
+// loop out meanwhile.
+//
+// Through the intent log (quiesceMayLogLocked), the transaction also
+// records its writes, and a record of them with the journal's operations
+// is synced in the log in place of badger's log: once the data is
+// synced, beside the commit. A quiesce with little unsynced data
+// (walCarryData) does not sync the data file at all: the record carries
+// the sealed pages, is synced first and then committed, and the data
+// file of the layer left is synced by the next full sync (lazy).
+func (v *View) quiesce(during func(), fn journalFunc) (logged bool, err error) {
 	v.ioMu.Lock()
 	v.mu.Lock()
 	v.cmu.Lock()
 	if v.closed {
-		return ErrClosed
+		return false, ErrClosed
 	}
 	if v.ro {
-		return ErrReadOnly
+		return false, ErrReadOnly
 	}
 	if err := v.dataFailed(); err != nil {
-		return err
+		return false, err
 	}
 	// Before the sync starts: it must cover the size.
 	if err := v.reserveForSealLocked(); err != nil {
-		return err
+		return false, err
 	}
-	var syncErr error
-	synced := make(chan struct{})
+	f := v.files[v.activeLayer()]
 	// Nothing written since the last data sync (an idle sync made it):
 	// nothing to wait for, not even a device flush.
-	if f := v.files[v.activeLayer()]; f != nil && v.dataSynced < v.dataGen {
+	dataToSync := f != nil && v.dataSynced < v.dataGen
+	var syncErr error
+	var synced chan struct{}
+	startSync := func() {
+		synced = make(chan struct{})
 		go func() {
 			defer close(synced)
-			syncErr = v.syncData(f)
+			if syncErr = v.syncLazy(); syncErr == nil && dataToSync {
+				syncErr = v.syncData(f)
+			}
 		}()
-	} else {
-		close(synced)
+	}
+	tryLog := v.quiesceMayLogLocked()
+	carry := tryLog && dataToSync && v.unsealedPagesLocked()*pageSize <= walCarryData
+	if !carry {
+		startSync()
 	}
 	var p *prepared
-	err := v.sealLocked()
+	var segs []walSeg
+	var sizes []walMinSize
+	err = v.sealLocked()
+	if err == nil && carry {
+		if segs, sizes, carry = v.walSealedUpToLocked(f, true, walCarryData); !carry {
+			startSync()
+		}
+	}
 	if err == nil {
 		during()
-		p = v.prepareWithJournalLocked(fn)
+		p = v.prepareWithJournalLocked(fn, tryLog, !carry)
+		if carry {
+			if p.commitLogged(segs, sizes, false) {
+				// Committed: a failure here is the view's (ErrDataSync).
+				return true, v.addLazyLocked(f)
+			}
+			// The log could not take it: the full way.
+			p.unlog()
+			startSync()
+		}
 	}
-	<-synced
+	if synced != nil { // not started when a carrying quiesce's seal failed
+		<-synced
+	}
 	if err == nil {
 		err = syncErr
 	}
@@ -126,9 +164,15 @@ func (v *View) quiesce(during func(), fn journalFunc) error {
 		if p != nil {
 			p.abandon()
 		}
-		return err
+		return false, err
 	}
-	return p.commit()
+	if tryLog && !carry {
+		if p.commitLogged(nil, nil, true) {
+			return true, nil
+		}
+		p.unlog()
+	}
+	return false, p.commit()
 }
 
 // fdatasync makes f's data (and its size) durable.
@@ -155,13 +199,13 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 	defer v.release()
 	tx := &Txn{s: v.s}
 	next = NewID()
-	err = v.quiesce(func() {
+	logged, err := v.quiesce(func() {
 		// What the layer changed, from memory, while its data syncs: the
 		// checkpoint's state hash needs it, a later rollback too.
 		if d, _, ok, err := v.activeDeltaNowLocked(); ok && err == nil {
 			tx.keepDelta(d)
 		}
-	}, func(txn *badger.Txn, journal bool) error {
+	}, func(txn dbTxn, journal bool) error {
 		var err error
 		frozen, err = freezeTxn(txn, v.info.Name, next)
 		if err != nil {
@@ -170,14 +214,20 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 		tx.bind(txn, journal, frozen)
 		return fn(tx, frozen, next)
 	})
-	if err != nil {
+	if err != nil && !logged {
 		return "", "", err
 	}
 	// A checkpoint makes everything before it durable: the metadata store
 	// syncs while the view moves onto the new stack, which the committed
-	// head already names.
+	// head already names (through the intent log, the log's record is
+	// durable already; a failure to keep the left data file for a later
+	// sync is reported once the view is on the new stack).
 	synced := make(chan error, 1)
-	go func() { synced <- v.s.Sync() }()
+	if logged {
+		synced <- err
+	} else {
+		go func() { synced <- v.s.Sync() }()
+	}
 	tx.rememberDeltas([]string{frozen})
 	punch := v.holdFreedLocked()
 	// The tree is the same over the new stack. What the cache holds of
@@ -197,6 +247,10 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 	punch(serr == nil)
 	if serr != nil {
 		return "", "", serr
+	}
+	if !logged {
+		// Everything is durable: the intent log may start again.
+		v.restartWALAfterLocked(v.walSeq.Load())
 	}
 	if err != nil {
 		return "", "", err
@@ -337,7 +391,7 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 	}()
 	next = NewID()
 	var stack, left []string
-	body := func(txn *badger.Txn, journal bool) error {
+	body := func(txn dbTxn, journal bool) error {
 		var info SandboxInfo
 		if err := getJSON(txn, keySandbox(name), &info); err != nil {
 			return fmt.Errorf("sandbox %s: %w", name, err)
@@ -411,9 +465,10 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 		left = leaving
 		return fn(tx, leaving, joined, next)
 	}
+	logged := false
 	if v != nil {
 		defer v.release()
-		err = v.quiesce(func() {
+		logged, err = v.quiesce(func() {
 			// The state being left is final: what it changed, and how it
 			// differs from the target, are told while its data syncs, or
 			// were told by the idle sync when nothing changed since.
@@ -432,13 +487,19 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 	} else {
 		err = s.update(func(txn *badger.Txn) error { return body(txn, false) })
 	}
-	if err != nil {
+	if err != nil && !logged {
 		return "", nil, err
 	}
 	// The metadata store syncs while the view moves onto the new stack,
-	// which the committed head already names.
+	// which the committed head already names (through the intent log, the
+	// log's record is durable already; a failure to keep the left data
+	// file for a later sync is reported once the view is on it).
 	synced := make(chan error, 1)
-	go func() { synced <- s.Sync() }()
+	if logged {
+		synced <- err
+	} else {
+		go func() { synced <- s.Sync() }()
+	}
 	tx.rememberDeltas(left)
 	punch := func(bool) {}
 	if v != nil {
@@ -477,13 +538,17 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 	if serr != nil {
 		return "", nil, serr
 	}
+	if v != nil && !logged {
+		// Everything is durable: the intent log may start again.
+		v.restartWALAfterLocked(v.walSeq.Load())
+	}
 	if err != nil {
 		return "", nil, err
 	}
 	return next, ch, nil
 }
 
-func setLayerState(txn *badger.Txn, id, state string) error {
+func setLayerState(txn dbTxn, id, state string) error {
 	var l LayerInfo
 	if err := getJSON(txn, keyLayer(id), &l); err != nil {
 		return fmt.Errorf("layer %s: %w", id, err)
@@ -554,7 +619,7 @@ func (s *Store) LayerUsage(id string) (Usage, error) {
 }
 
 // layerUsage reads a layer's block records (LayerUsage).
-func layerUsage(txn *badger.Txn, layer string) (Usage, error) {
+func layerUsage(txn dbTxn, layer string) (Usage, error) {
 	var u Usage
 	prefix := prefixLayerTable(tBlock, layer)
 	var last []byte

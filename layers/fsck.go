@@ -371,12 +371,12 @@ func (s *Store) record(key []byte) (val []byte, found bool, err error) {
 func (s *Store) dataDir() string { return path.Dir(s.dataPath("x")) }
 
 // dropping says whether a collection marked the layer as being dropped.
-func dropping(txn *badger.Txn, id string) bool {
+func dropping(txn dbTxn, id string) bool {
 	_, err := txn.Get(keyDrop(id))
 	return err == nil
 }
 
-func layerKnown(txn *badger.Txn, id string) (LayerInfo, bool) {
+func layerKnown(txn dbTxn, id string) (LayerInfo, bool) {
 	var l LayerInfo
 	err := getJSON(txn, keyLayer(id), &l)
 	return l, err == nil

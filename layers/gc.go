@@ -71,13 +71,13 @@ func (s *Store) CollectGarbageDedup() (GCResult, error) {
 
 // stackRoots lists the tops of every stack GC keeps: the sandboxes' heads
 // and the pinned layers.
-func stackRoots(txn *badger.Txn) ([]string, error) {
+func stackRoots(txn dbTxn) ([]string, error) {
 	roots, _, err := stackRootsAndSandboxes(txn)
 	return roots, err
 }
 
 // stackRootsAndSandboxes is stackRoots with the sandboxes' records.
-func stackRootsAndSandboxes(txn *badger.Txn) ([]string, []SandboxInfo, error) {
+func stackRootsAndSandboxes(txn dbTxn) ([]string, []SandboxInfo, error) {
 	var roots []string
 	var sbs []SandboxInfo
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
@@ -110,7 +110,7 @@ func stackRootsAndSandboxes(txn *badger.Txn) ([]string, []SandboxInfo, error) {
 // A record that does not decode is there with only its id, and liveTree
 // fails when a stack needs it; otherwise it is a layer no stack contains,
 // as before.
-func layerTree(txn *badger.Txn) (map[string]LayerInfo, error) {
+func layerTree(txn dbTxn) (map[string]LayerInfo, error) {
 	all := map[string]LayerInfo{}
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tLayer, '/'}, PrefetchValues: true})
 	defer it.Close()

@@ -94,6 +94,9 @@ var reclaimHook func()
 func (s *Store) reclaimShadowed() (int, int64, error) {
 	s.dedupMu.Lock()
 	defer s.dedupMu.Unlock()
+	if err := s.syncLazyViews(); err != nil {
+		return 0, 0, err
+	}
 	freed, err := s.finishPunches()
 	if err != nil {
 		return 0, freed, err
@@ -357,7 +360,7 @@ func pastFloor(floor map[uint64]int64, ino, blk uint64, bs int64) bool {
 }
 
 // layerInodes reads the inode records of a layer.
-func layerInodes(txn *badger.Txn, layer string) (map[uint64]*Inode, error) {
+func layerInodes(txn dbTxn, layer string) (map[uint64]*Inode, error) {
 	recs := map[uint64]*Inode{}
 	prefix := prefixLayerTable(tInode, layer)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
@@ -379,7 +382,7 @@ func layerInodes(txn *badger.Txn, layer string) (map[uint64]*Inode, error) {
 
 // layerBlocks lists the blocks a layer records, calling fn (when not nil)
 // with each record.
-func layerBlocks(txn *badger.Txn, layer string, fn func(bk [16]byte, ino, blk uint64, item *badger.Item) error) ([][16]byte, error) {
+func layerBlocks(txn dbTxn, layer string, fn func(bk [16]byte, ino, blk uint64, item *badger.Item) error) ([][16]byte, error) {
 	var out [][16]byte
 	prefix := prefixLayerTable(tBlock, layer)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: fn != nil})
@@ -404,7 +407,7 @@ func layerBlocks(txn *badger.Txn, layer string, fn func(bk [16]byte, ino, blk ui
 
 // keptSlots lists the slots of layer whose content records above keep
 // there (dedup.go).
-func keptSlots(txn *badger.Txn, layer string) (map[uint64]bool, error) {
+func keptSlots(txn dbTxn, layer string) (map[uint64]bool, error) {
 	kept := map[uint64]bool{}
 	prefix := prefixLayerTable(tKept, layer)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})

@@ -145,7 +145,7 @@ func (c *keySetCache) put(layer string, ks *keySet) {
 
 // readKeySet reads the key set of layer l in txn; nil when the layer holds
 // more keys than the cache bound.
-func readKeySet(txn *badger.Txn, l string) *keySet {
+func readKeySet(txn dbTxn, l string) *keySet {
 	ks := &keySet{inodes: map[uint64]struct{}{}, dirs: map[uint64]struct{}{}, names: map[uint64]struct{}{}}
 	n := 1
 	for _, t := range []byte{tInode, tEntry} {

@@ -322,7 +322,7 @@ func decodeItem[T any](item *badger.Item, decode func([]byte) (T, error)) (T, er
 	return v, err
 }
 
-func getJSON(txn *badger.Txn, key []byte, v any) error {
+func getJSON(txn dbTxn, key []byte, v any) error {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return ErrNotFound
@@ -338,7 +338,7 @@ func getJSON(txn *badger.Txn, key []byte, v any) error {
 	})
 }
 
-func putJSON(txn *badger.Txn, key []byte, v any) error {
+func putJSON(txn dbTxn, key []byte, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -432,7 +432,7 @@ func (s *Store) Sandboxes() ([]SandboxInfo, error) {
 }
 
 // sandboxesIn lists every sandbox txn sees, sorted by name.
-func sandboxesIn(txn *badger.Txn) ([]SandboxInfo, error) {
+func sandboxesIn(txn dbTxn) ([]SandboxInfo, error) {
 	var out []SandboxInfo
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tSandbox, '/'}, PrefetchValues: true})
 	defer it.Close()
@@ -471,7 +471,7 @@ func (s *Store) Stack(name string) ([]string, error) {
 	return stack, err
 }
 
-func stackOf(txn *badger.Txn, name string) ([]string, error) {
+func stackOf(txn dbTxn, name string) ([]string, error) {
 	var info SandboxInfo
 	if err := getJSON(txn, keySandbox(name), &info); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", name, err)
@@ -479,7 +479,7 @@ func stackOf(txn *badger.Txn, name string) ([]string, error) {
 	return chainOf(txn, info.Head)
 }
 
-func chainOf(txn *badger.Txn, top string) ([]string, error) {
+func chainOf(txn dbTxn, top string) ([]string, error) {
 	infos, err := chainInfos(txn, top)
 	if err != nil {
 		return nil, err
@@ -488,7 +488,7 @@ func chainOf(txn *badger.Txn, top string) ([]string, error) {
 }
 
 // chainInfos is chainOf with the records of the layers, top first.
-func chainInfos(txn *badger.Txn, top string) ([]LayerInfo, error) {
+func chainInfos(txn dbTxn, top string) ([]LayerInfo, error) {
 	var stack []LayerInfo
 	seen := map[string]bool{}
 	for id := top; id != ""; {
@@ -509,7 +509,7 @@ func chainInfos(txn *badger.Txn, top string) ([]LayerInfo, error) {
 // chainTo reads the layer records of the chain from top down to target:
 // with onChain, the last is target's; otherwise target is not on it (or
 // is "") and the whole chain was read.
-func chainTo(txn *badger.Txn, top, target string) (chain []LayerInfo, onChain bool, err error) {
+func chainTo(txn dbTxn, top, target string) (chain []LayerInfo, onChain bool, err error) {
 	seen := map[string]bool{}
 	for id := top; id != ""; {
 		if seen[id] {

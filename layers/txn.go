@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -15,7 +16,7 @@ import (
 // "x/") in the same transaction that moves a sandbox's head, which is what
 // makes a rollback atomic.
 type Txn struct {
-	txn *badger.Txn
+	txn dbTxn
 	s   *Store
 	// deltas are the layer deltas known in this transaction: those of the
 	// layer it freezes or the layers it archives, kept by the store once
@@ -31,7 +32,7 @@ type Txn struct {
 
 // bind makes t write into txn, which holds layer's journal, not yet
 // committed, when journal is true (pending).
-func (t *Txn) bind(txn *badger.Txn, journal bool, layer string) {
+func (t *Txn) bind(txn dbTxn, journal bool, layer string) {
 	t.txn, t.pending = txn, ""
 	if journal {
 		t.pending = layer
@@ -146,5 +147,40 @@ func (t *Txn) NoteBaseChanged(base string, at time.Time) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// dbTxn is what the store's record helpers use of a badger transaction.
+// A *badger.Txn is one; a recordingTxn in its place also keeps every
+// write, which a checkpoint or rollback through the intent log writes
+// there (quiesceLogged).
+type dbTxn interface {
+	Get(key []byte) (*badger.Item, error)
+	Set(key, val []byte) error
+	Delete(key []byte) error
+	NewIterator(opt badger.IteratorOptions) *badger.Iterator
+}
+
+// recordingTxn is a badger transaction that keeps a copy of each write.
+type recordingTxn struct {
+	*badger.Txn
+	writes []kv
+}
+
+// Set stores val under key and records it.
+func (r *recordingTxn) Set(key, val []byte) error {
+	if err := r.Txn.Set(key, val); err != nil {
+		return err
+	}
+	r.writes = append(r.writes, kv{key: bytes.Clone(key), val: bytes.Clone(val)})
+	return nil
+}
+
+// Delete removes key and records it.
+func (r *recordingTxn) Delete(key []byte) error {
+	if err := r.Txn.Delete(key); err != nil {
+		return err
+	}
+	r.writes = append(r.writes, kv{key: bytes.Clone(key), del: true})
 	return nil
 }

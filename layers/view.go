@@ -261,6 +261,7 @@ type View struct {
 	walSeq, walSynced, walData, walUnlogd atomic.Uint64
 	walOn                                 atomic.Bool   // wal.usable, read without cmu
 	fullSyncs                             atomic.Uint64 // Syncs that synced the data file and badger's log
+	loggedQuiesces                        atomic.Uint64 // checkpoints and rollbacks through the intent log
 	// sealedNow are the slots the last seal sealed (sealLocked), with
 	// their blocks: a Sync through the intent log writes their pages
 	// into it.
@@ -274,8 +275,15 @@ type View struct {
 	// dataErr is the data sync that failed (syncData): no record is
 	// committed from then on.
 	dataErr error
-	// dsMu serialises the data syncs of the view's files (syncData).
-	dsMu    sync.Mutex
+	// dsMu serialises the data syncs of the view's files (syncData,
+	// syncLazy).
+	dsMu sync.Mutex
+	// lazy (under lzMu) are duplicates of the descriptors of data files
+	// of layers the view left by a checkpoint or rollback through the
+	// intent log, whose data the log holds and the next full sync syncs
+	// (syncLazy), before it says so in the mark.
+	lzMu    sync.Mutex
+	lazy    []*os.File
 	jqueued uint64 // operations queued so far
 	jdone   uint64 // operations committed so far
 	// holds are the numbers of the first operations of seals whose data
@@ -556,6 +564,12 @@ func (v *View) Close() error {
 	for _, f := range v.files {
 		f.Close()
 	}
+	v.lzMu.Lock()
+	for _, f := range v.lazy { // the sync above failed: the log keeps their data
+		f.Close()
+	}
+	v.lazy = nil
+	v.lzMu.Unlock()
 	for _, st := range v.inodes {
 		v.closeBaseLocked(st)
 	}
@@ -1080,7 +1094,7 @@ func (v *View) journalDone(upto uint64) {
 }
 
 // applyOp writes one journal operation's records into txn.
-func applyOp(txn *badger.Txn, op []kv) error {
+func applyOp(txn dbTxn, op []kv) error {
 	for _, e := range op {
 		var err error
 		if e.del {
@@ -1098,7 +1112,7 @@ func applyOp(txn *badger.Txn, op []kv) error {
 // journalFunc writes a freeze's or repoint's records into txn; journal
 // says whether txn also holds the view's journal, not yet committed
 // (Txn.pending).
-type journalFunc func(txn *badger.Txn, journal bool) error
+type journalFunc func(txn dbTxn, journal bool) error
 
 // prepared is a transaction a quiesced view builds while its data syncs
 // (prepareWithJournalLocked): the journal's records and fn's, committed
@@ -1112,22 +1126,165 @@ type prepared struct {
 	upto uint64
 	txn  *badger.Txn
 	err  error // from building it
+	// For the intent log: the sealed data taken with ops, the mark, and
+	// the recording of fn's writes.
+	data []sealedData
+	mark kv
+	rec  *recordingTxn
 }
 
 // prepareWithJournalLocked builds the transaction, without committing it.
-func (v *View) prepareWithJournalLocked(fn journalFunc) *prepared {
+// With logged, the transaction is built for the intent log
+// (commitLogged): it stores the mark of the record it will be, which
+// says every record's data is synced when synced (the caller syncs the
+// data first), and keeps fn's writes for the record; without synced it
+// takes the sealed data registered with the journal's operations, which
+// the record carries.
+func (v *View) prepareWithJournalLocked(fn journalFunc, logged, synced bool) *prepared {
 	p := &prepared{v: v, fn: fn, txn: v.s.db.NewTransaction(true)}
-	p.ops, p.upto = v.takeJournal(math.MaxUint64)
+	if logged && !synced {
+		p.ops, p.upto, p.data = v.takeJournalData(math.MaxUint64)
+	} else {
+		p.ops, p.upto = v.takeJournal(math.MaxUint64)
+	}
 	for _, op := range p.ops {
 		if p.err = applyOp(p.txn, op); p.err != nil {
 			return p
 		}
 	}
-	if p.err = v.setWALPlaced(p.txn); p.err != nil {
+	var t dbTxn = p.txn
+	if logged {
+		seq := v.walSeq.Load() + 1
+		p.mark = v.walMarkKV(seq)
+		if synced {
+			p.mark.val = encodeWalMark(seq, seq)
+		}
+		p.rec = &recordingTxn{Txn: p.txn}
+		t = p.rec
+		p.err = p.txn.Set(p.mark.key, p.mark.val)
+	} else {
+		p.err = v.setWALPlaced(p.txn)
+	}
+	if p.err != nil {
 		return p
 	}
-	p.err = fn(p.txn, len(p.ops) > 0)
+	p.err = fn(t, len(p.ops) > 0)
 	return p
+}
+
+// commitLogged is a quiesce's commit through the intent log: one record
+// with the journal's operations, the transaction's own writes and the
+// mark (one operation: replayed in one transaction), synced in the log,
+// and the commit. When the data is not synced (!synced), the record also
+// carries the sealed data of this seal (segs, sizes) and of the earlier
+// ones registered with the operations, and the commit waits for the
+// log's sync; when it is, the commit runs beside it. It reports false
+// when the log could not take the record, or the commit failed (p.err):
+// the caller goes the full way (unlog, a data sync, commit).
+func (p *prepared) commitLogged(segs []walSeg, sizes []walMinSize, synced bool) bool {
+	v := p.v
+	w := v.wal
+	if p.err != nil {
+		return false
+	}
+	var all []walSeg
+	var allSizes []walMinSize
+	if !synced {
+		for _, d := range p.data {
+			all = append(all, d.segs...)
+			allSizes = append(allSizes, d.sizes...)
+		}
+		all, allSizes = append(all, segs...), append(allSizes, sizes...)
+	}
+	seq := v.walSeq.Load() + 1
+	own := append(p.rec.writes[:len(p.rec.writes):len(p.rec.writes)], p.mark)
+	ops := append(p.ops[:len(p.ops):len(p.ops)], own)
+	rec := encodeWalRec(walRec{cycle: w.cycle, seq: seq, ops: ops, segs: all, sizes: allSizes})
+	if w.off+int64(len(rec)) > walSize {
+		w.usable = false
+		v.walOn.Store(false)
+		return false
+	}
+	var committed chan error
+	if synced {
+		// The data is durable: the commit may reach badger's log before
+		// or after the record reaches the log.
+		committed = make(chan error, 1)
+		p.txn.CommitWith(func(err error) { committed <- err })
+	}
+	_, err := w.f.WriteAt(rec, w.off)
+	if err == nil {
+		err = v.s.fault("walsync", v.info.Name)
+	}
+	if err == nil {
+		err = fdatasync(w.f)
+	}
+	var cerr error
+	if synced {
+		cerr = <-committed
+	}
+	if err != nil {
+		w.usable = false
+		v.walOn.Store(false)
+		if !synced {
+			return false // nothing committed
+		}
+		if cerr == nil {
+			// Committed, but not durable through the log: badger's log
+			// makes it so. The record may be in the log; the mark holds
+			// its number.
+			cerr = v.s.Sync()
+		}
+	} else {
+		w.off += int64(len(rec))
+		w.dirty = false
+		if !synced {
+			cerr = p.txn.Commit()
+		}
+	}
+	if cerr != nil {
+		// The record may be in the log: the commits that follow carry
+		// later numbers, so a replay never applies it over them, and the
+		// full way commits the journal and runs fn again.
+		v.walSeq.Store(seq)
+		w.usable = false
+		v.walOn.Store(false)
+		p.err = cerr
+		return false
+	}
+	p.txn.Discard()
+	v.s.commits.Add(1)
+	v.walSeq.Store(seq)
+	if synced {
+		v.walCovered(seq)
+		if err != nil {
+			// Durable by badger's sync, with no record of its own.
+			v.walPlaced()
+		}
+	} else {
+		v.walData.Store(seq)
+	}
+	v.journalDone(p.upto)
+	if err == nil {
+		v.loggedQuiesces.Add(1)
+	}
+	return err == nil || synced
+}
+
+// unlog turns a transaction prepared for the intent log into one of the
+// full way: the mark says every record's data is synced (the caller
+// syncs it before the commit), and the sealed data it took goes back.
+func (p *prepared) unlog() {
+	v := p.v
+	if len(p.data) > 0 {
+		v.jmu.Lock()
+		v.sealedData = append(p.data[:len(p.data):len(p.data)], v.sealedData...)
+		v.jmu.Unlock()
+		p.data = nil
+	}
+	if p.err == nil {
+		p.err = v.setWALPlaced(p.txn)
+	}
 }
 
 // commit commits the prepared transaction. When the journal could not
@@ -1250,11 +1407,19 @@ func (v *View) sync(logged bool) error {
 		v.freedDurable(f, freed, moved)
 		return nil
 	}
+	// The data files checkpoints and rollbacks through the intent log
+	// left: the records up to covers hold data of theirs too.
+	if err := v.syncLazy(); err != nil {
+		v.releaseJournal(hold)
+		v.keepFreed(f, append(freed, moved...))
+		return err
+	}
 	if f != nil && dataToSync {
 		// A freeze or rollback may close f meanwhile (Sync holds no lock
 		// here): fdatasync keeps it open while it syncs. One that closed
-		// it first had synced it (quiesce), after this seal: the data is
-		// durable, and the fsync(2) must not fail with EBADF.
+		// it first had synced it (quiesce) or kept it for the next full
+		// sync (syncLazy), after this seal: the data is durable or in
+		// the intent log, and the fsync(2) must not fail with EBADF.
 		switch err := v.syncData(f); {
 		case err == nil:
 			v.mu.Lock()
@@ -1267,6 +1432,8 @@ func (v *View) sync(logged bool) error {
 			v.keepFreed(f, append(freed, moved...))
 			return err
 		}
+	} else {
+		v.walCovered(covers)
 	}
 	v.releaseJournal(hold)
 	v.cmu.Lock()
@@ -1323,6 +1490,11 @@ func (v *View) freedDurable(f *os.File, freed, moved []slotSpan) {
 func (v *View) syncData(f *os.File) error {
 	v.dsMu.Lock()
 	defer v.dsMu.Unlock()
+	return v.syncDataLocked(f)
+}
+
+// syncDataLocked is syncData with dsMu held.
+func (v *View) syncDataLocked(f *os.File) error {
 	if err := v.dataFailed(); err != nil {
 		return err
 	}
@@ -1775,20 +1947,20 @@ func (v *View) baseRec(origin string) (*Inode, int64, error) {
 // by its key set, read in txn the first time. In a deep stack most layers
 // hold nothing of a given key, and asking the store for it in each layer
 // is most of a lookup's cost.
-func (v *View) lacks(txn *badger.Txn, l string, ino uint64, dir bool) bool {
+func (v *View) lacks(txn dbTxn, l string, ino uint64, dir bool) bool {
 	ks := v.keySetOf(txn, l)
 	return ks != nil && !ks.holds(ino, dir)
 }
 
 // lacksEntry reports whether frozen layer l surely holds no entry name in
 // directory dir.
-func (v *View) lacksEntry(txn *badger.Txn, l string, dir uint64, name string) bool {
+func (v *View) lacksEntry(txn dbTxn, l string, dir uint64, name string) bool {
 	ks := v.keySetOf(txn, l)
 	return ks != nil && !ks.holdsEntry(dir, name)
 }
 
 // keySetOf is frozen layer l's key set, or nil when it is too large to keep.
-func (v *View) keySetOf(txn *badger.Txn, l string) *keySet {
+func (v *View) keySetOf(txn dbTxn, l string) *keySet {
 	if d := v.s.deltas.get(l); d != nil {
 		return d.keySet()
 	}

@@ -1134,7 +1134,7 @@ func TestPreparedWithJournal(t *testing.T) {
 		name    string
 		journal [][]kv
 		// fn's answer, given whether it shares the journal's transaction.
-		fn func(txn *badger.Txn, journal bool) error
+		fn func(txn dbTxn, journal bool) error
 		// between prepare and commit
 		meanwhile func(t *testing.T, s *Store)
 		abandon   bool
@@ -1145,14 +1145,14 @@ func TestPreparedWithJournal(t *testing.T) {
 		{name: "small journal", journal: big("s", 3, 10), commits: 1, calls: []bool{true}},
 		{name: "empty journal", commits: 1, calls: []bool{false}},
 		{name: "journal too big to share", journal: big("b", 8, 20000), commits: 1 + 8, calls: []bool{false}},
-		{name: "fn fails", journal: big("f", 3, 10), fn: func(*badger.Txn, bool) error { return errFn }, wantErr: errFn, commits: 1, calls: []bool{true}},
-		{name: "fn needs the journal committed", journal: big("n", 3, 10), fn: func(_ *badger.Txn, journal bool) error {
+		{name: "fn fails", journal: big("f", 3, 10), fn: func(dbTxn, bool) error { return errFn }, wantErr: errFn, commits: 1, calls: []bool{true}},
+		{name: "fn needs the journal committed", journal: big("n", 3, 10), fn: func(_ dbTxn, journal bool) error {
 			if journal {
 				return fmt.Errorf("reading it: %w", errNeedsJournal)
 			}
 			return nil
 		}, commits: 2, calls: []bool{true, false}},
-		{name: "conflict", journal: big("c", 3, 10), fn: func(txn *badger.Txn, _ bool) error {
+		{name: "conflict", journal: big("c", 3, 10), fn: func(txn dbTxn, _ bool) error {
 			_, err := txn.Get([]byte("x/c"))
 			if errors.Is(err, badger.ErrKeyNotFound) {
 				err = nil
@@ -1175,7 +1175,7 @@ func TestPreparedWithJournal(t *testing.T) {
 			}
 			var calls []bool
 			before := e.store.commits.Load()
-			p := v.prepareWithJournalLocked(func(txn *badger.Txn, journal bool) error {
+			p := v.prepareWithJournalLocked(func(txn dbTxn, journal bool) error {
 				calls = append(calls, journal)
 				if err := txn.Set([]byte("x/fn"), []byte("done")); err != nil {
 					return err
@@ -1184,7 +1184,7 @@ func TestPreparedWithJournal(t *testing.T) {
 					return c.fn(txn, journal)
 				}
 				return nil
-			})
+			}, false, false)
 			if c.meanwhile != nil {
 				c.meanwhile(t, e.store)
 			}
@@ -1312,6 +1312,9 @@ func TestDataSyncFailureStopsTheView(t *testing.T) {
 			restore := e.store.InjectFault(func(op, key string) error {
 				if op == "datasync" && key == e.name {
 					asked++
+					return boom
+				}
+				if op == "walsync" { // a failing disk fails the log too
 					return boom
 				}
 				return nil

@@ -3,6 +3,7 @@ package layers
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -92,6 +94,41 @@ func powerCutImage(t *testing.T, e *testEnv, durable string, edit func(log []byt
 	ok(t, "mkdir wal", os.MkdirAll(filepath.Join(img, "wal"), 0o700))
 	ok(t, "write log", os.WriteFile(filepath.Join(img, "wal", "sb"), log, 0o600))
 	return img, log
+}
+
+// withDataFrom replaces the data files of store image img with the copy
+// in data (made when they were synced later than the image's badger
+// files: a checkpoint through the log that synced the data file); "" keeps
+// them.
+func withDataFrom(t *testing.T, img, data string) {
+	t.Helper()
+	if data == "" {
+		return
+	}
+	ok(t, "rm data", os.RemoveAll(filepath.Join(img, "data")))
+	copyDir(t, data, filepath.Join(img, "data"))
+}
+
+// syncedData runs fn and, when it synced a data file of sandbox sb (a
+// checkpoint or rollback that did not carry its data in the log), returns
+// a copy of the store's data files as they are then; "" otherwise.
+func syncedData(t *testing.T, e *testEnv, fn func()) string {
+	t.Helper()
+	var n atomic.Int32
+	restore := e.store.InjectFault(func(op, key string) error {
+		if op == "datasync" {
+			n.Add(1)
+		}
+		return nil
+	})
+	fn()
+	restore()
+	if n.Load() == 0 {
+		return ""
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	copyDir(t, filepath.Join(e.dir, "store", "data"), dir)
+	return dir
 }
 
 // openImage opens the store image in dir and its sandbox's live view.
@@ -475,12 +512,28 @@ func walModelRun(t *testing.T, seed int64, rounds int) {
 	model := map[string][]byte{}
 	inos := map[string]uint64{}
 	durable := ""
+	dataAt := "" // the data files as a later data sync left them
 	snapshot := func() {
 		ok(t, "full sync", v.sync(false))
 		durable = filepath.Join(t.TempDir(), "durable")
 		copyDir(t, filepath.Join(e.dir, "store"), durable)
+		dataAt = ""
+	}
+	// A checkpoint or rollback through the log that synced the data file
+	// (it had too much to carry) makes the data files durable as they are.
+	moreData := func(fn func()) {
+		if d := syncedData(t, e, fn); d != "" {
+			dataAt = d
+		}
 	}
 	snapshot()
+	// The checkpoints taken, with the files each froze.
+	type modelState struct {
+		layer string
+		model map[string][]byte
+		inos  map[string]uint64
+	}
+	var states []modelState
 	names := []string{"a", "b", "c", "d", "e"}
 	for round := 0; round < rounds; round++ {
 		for op := 0; op < 1+rng.Intn(4); op++ {
@@ -536,10 +589,32 @@ func walModelRun(t *testing.T, seed int64, rounds int) {
 		case k == 0:
 			snapshot()
 			continue
-		case k == 1:
-			freeze(t, e.store, e.name)
-			snapshot()
-			continue
+		case k <= 2:
+			// A checkpoint, through the log: the image keeps the
+			// store from before it.
+			if name := names[rng.Intn(len(names))]; rng.Intn(3) == 0 && model[name] != nil {
+				// More than a record carries: the checkpoint syncs
+				// the data file.
+				p := bytes.Repeat([]byte{byte('0' + rng.Intn(10))}, walCarryData+rng.Intn(walCarryData))
+				_, err := v.WriteAt(inos[name], p, 0, false)
+				ok(t, "big write", err)
+				if len(p) > len(model[name]) {
+					model[name] = p
+				} else {
+					copy(model[name], p)
+				}
+			}
+			var frozen string
+			moreData(func() { frozen = freeze(t, e.store, e.name) })
+			states = append(states, modelState{frozen, cloneModel(model), maps.Clone(inos)})
+		case k == 3 && len(states) > 0:
+			// A rollback to one of them, through the log too.
+			to := states[rng.Intn(len(states))]
+			moreData(func() {
+				_, err := e.store.Repoint(e.name, to.layer, noRepointFn)
+				ok(t, "repoint", err)
+			})
+			model, inos = cloneModel(to.model), maps.Clone(to.inos)
 		}
 		full := v.fullSyncs.Load()
 		ok(t, "sync", v.Sync())
@@ -547,12 +622,15 @@ func walModelRun(t *testing.T, seed int64, rounds int) {
 			// Too much data for the log: a full sync, the new image.
 			durable = filepath.Join(t.TempDir(), "durable")
 			copyDir(t, filepath.Join(e.dir, "store"), durable)
+			dataAt = ""
 		}
 		if rng.Intn(6) != 0 {
 			continue
 		}
 		listing := treeOf(t, v)
+		stack := layerIDsOf(t, e.store)
 		img, log := powerCutImage(t, e, durable, nil)
+		withDataFrom(t, img, dataAt)
 		if testing.Verbose() {
 			recs := walCycle(bytes.NewReader(log), int64(len(log)))
 			var c, sy uint64
@@ -565,6 +643,9 @@ func walModelRun(t *testing.T, seed int64, rounds int) {
 		}
 		s2, err := Open(img)
 		ok(t, "open image", err)
+		if got := layerIDsOf(t, s2); !slices.Equal(got, stack) {
+			t.Fatalf("round %d: the image's stack is %v, want %v", round, got, stack)
+		}
 		v2, err := s2.OpenView("sb", false)
 		ok(t, "view of the image", err)
 		want := map[string]string{}
@@ -579,6 +660,32 @@ func walModelRun(t *testing.T, seed int64, rounds int) {
 		fsckClean(t, s2)
 		ok(t, "close image", s2.Close())
 	}
+	if len(states) > 0 && v.loggedQuiesces.Load() == 0 {
+		t.Fatal("no checkpoint or rollback went through the intent log")
+	}
+}
+
+// cloneModel copies a model's files (writes change them in place).
+func cloneModel(m map[string][]byte) map[string][]byte {
+	c := make(map[string][]byte, len(m))
+	for n, b := range m {
+		c[n] = bytes.Clone(b)
+	}
+	return c
+}
+
+// layerIDsOf lists sandbox sb's layers, head first, and its archived ones.
+func layerIDsOf(t *testing.T, s *Store) []string {
+	t.Helper()
+	var ids []string
+	for _, archived := range []bool{false, true} {
+		ls, err := s.Layers("sb", archived)
+		ok(t, "layers", err)
+		for _, l := range ls {
+			ids = append(ids, l.ID+" "+l.State)
+		}
+	}
+	return ids
 }
 
 // TestWALClearedOnUnmount: an unmount leaves nothing in the intent log to
