@@ -95,22 +95,22 @@ func freezeTxn(txn dbTxn, name, next string) (string, error) {
 // (walCarryData) does not sync the data file at all: the record carries
 // the sealed pages, is synced first and then committed, and the data
 // file of the layer left is synced by the next full sync (lazy).
-func (v *View) quiesce(during func(), fn journalFunc) (logged bool, err error) {
+func (v *View) quiesce(during func(), fn journalFunc) (logged bool, behind func() error, err error) {
 	v.ioMu.Lock()
 	v.mu.Lock()
 	v.cmu.Lock()
 	if v.closed {
-		return false, ErrClosed
+		return false, nil, ErrClosed
 	}
 	if v.ro {
-		return false, ErrReadOnly
+		return false, nil, ErrReadOnly
 	}
 	if err := v.dataFailed(); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	// Before the sync starts: it must cover the size.
 	if err := v.reserveForSealLocked(); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	f := v.files[v.activeLayer()]
 	// Nothing written since the last data sync (an idle sync made it):
@@ -145,9 +145,9 @@ func (v *View) quiesce(during func(), fn journalFunc) (logged bool, err error) {
 		during()
 		p = v.prepareWithJournalLocked(fn, tryLog, !carry)
 		if carry {
-			if p.commitLogged(segs, sizes, false) {
+			if p.commitLogged(segs, sizes) {
 				// Committed: a failure here is the view's (ErrDataSync).
-				return true, v.addLazyLocked(f)
+				return true, nil, v.addLazyLocked(f)
 			}
 			// The log could not take it: the full way.
 			p.unlog()
@@ -164,15 +164,15 @@ func (v *View) quiesce(during func(), fn journalFunc) (logged bool, err error) {
 		if p != nil {
 			p.abandon()
 		}
-		return false, err
+		return false, nil, err
 	}
 	if tryLog && !carry {
-		if p.commitLogged(nil, nil, true) {
-			return true, nil
+		if behind, ok := p.commitBehind(); ok {
+			return true, behind, nil
 		}
 		p.unlog()
 	}
-	return false, p.commit()
+	return false, nil, p.commit()
 }
 
 // fdatasync makes f's data (and its size) durable.
@@ -199,7 +199,7 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 	defer v.release()
 	tx := &Txn{s: v.s}
 	next = NewID()
-	logged, err := v.quiesce(func() {
+	logged, behind, err := v.quiesce(func() {
 		// What the layer changed, from memory, while its data syncs: the
 		// checkpoint's state hash needs it, a later rollback too.
 		if d, _, ok, err := v.activeDeltaNowLocked(); ok && err == nil {
@@ -223,9 +223,12 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 	// durable already; a failure to keep the left data file for a later
 	// sync is reported once the view is on the new stack).
 	synced := make(chan error, 1)
-	if logged {
+	switch {
+	case behind != nil:
+		go func() { synced <- behind() }()
+	case logged:
 		synced <- err
-	} else {
+	default:
 		go func() { synced <- v.s.Sync() }()
 	}
 	tx.rememberDeltas([]string{frozen})
@@ -466,9 +469,10 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 		return fn(tx, leaving, joined, next)
 	}
 	logged := false
+	var behind func() error
 	if v != nil {
 		defer v.release()
-		logged, err = v.quiesce(func() {
+		logged, behind, err = v.quiesce(func() {
 			// The state being left is final: what it changed, and how it
 			// differs from the target, are told while its data syncs, or
 			// were told by the idle sync when nothing changed since.
@@ -495,9 +499,12 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 	// log's record is durable already; a failure to keep the left data
 	// file for a later sync is reported once the view is on it).
 	synced := make(chan error, 1)
-	if logged {
+	switch {
+	case behind != nil:
+		go func() { synced <- behind() }()
+	case logged:
 		synced <- err
-	} else {
+	default:
 		go func() { synced <- s.Sync() }()
 	}
 	tx.rememberDeltas(left)

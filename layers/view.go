@@ -1172,16 +1172,15 @@ func (v *View) prepareWithJournalLocked(fn journalFunc, logged, synced bool) *pr
 	return p
 }
 
-// commitLogged is a quiesce's commit through the intent log: one record
-// with the journal's operations, the transaction's own writes and the
-// mark (one operation: replayed in one transaction), synced in the log,
-// and the commit. When the data is not synced (!synced), the record also
-// carries the sealed data of this seal (segs, sizes) and of the earlier
-// ones registered with the operations, and the commit waits for the
-// log's sync; when it is, the commit runs beside it. It reports false
-// when the log could not take the record, or the commit failed (p.err):
-// the caller goes the full way (unlog, a data sync, commit).
-func (p *prepared) commitLogged(segs []walSeg, sizes []walMinSize, synced bool) bool {
+// commitLogged is a quiesce's commit through the intent log when the
+// data is not synced: one record with the journal's operations, the
+// transaction's own writes and the mark (one operation: replayed in one
+// transaction), the sealed data of this seal (segs, sizes) and of the
+// earlier ones registered with the operations, synced in the log, and
+// then the commit. It reports false when the log could not take the
+// record, or the commit failed after it (p.err): the caller goes the
+// full way (unlog, a data sync, commit).
+func (p *prepared) commitLogged(segs []walSeg, sizes []walMinSize) bool {
 	v := p.v
 	w := v.wal
 	if p.err != nil {
@@ -1189,86 +1188,109 @@ func (p *prepared) commitLogged(segs []walSeg, sizes []walMinSize, synced bool) 
 	}
 	var all []walSeg
 	var allSizes []walMinSize
-	if !synced {
-		for _, d := range p.data {
-			all = append(all, d.segs...)
-			allSizes = append(allSizes, d.sizes...)
-		}
-		all, allSizes = append(all, segs...), append(allSizes, sizes...)
+	for _, d := range p.data {
+		all = append(all, d.segs...)
+		allSizes = append(allSizes, d.sizes...)
 	}
+	all, allSizes = append(all, segs...), append(allSizes, sizes...)
 	seq := v.walSeq.Load() + 1
-	own := append(p.rec.writes[:len(p.rec.writes):len(p.rec.writes)], p.mark)
-	ops := append(p.ops[:len(p.ops):len(p.ops)], own)
-	rec := encodeWalRec(walRec{cycle: w.cycle, seq: seq, ops: ops, segs: all, sizes: allSizes})
-	if w.off+int64(len(rec)) > walSize {
+	rec := encodeWalRec(walRec{cycle: w.cycle, seq: seq, ops: p.recordOps(), segs: all, sizes: allSizes})
+	fail := func() bool {
 		w.usable = false
 		v.walOn.Store(false)
 		return false
 	}
-	var committed chan error
-	if synced {
-		// The data is durable: the commit may reach badger's log before
-		// or after the record reaches the log.
-		committed = make(chan error, 1)
-		p.txn.CommitWith(func(err error) { committed <- err })
+	if w.off+int64(len(rec)) > walSize {
+		return fail()
 	}
-	_, err := w.f.WriteAt(rec, w.off)
-	if err == nil {
-		err = v.s.fault("walsync", v.info.Name)
+	if _, err := w.f.WriteAt(rec, w.off); err != nil {
+		return fail()
 	}
+	err := v.s.fault("walsync", v.info.Name)
 	if err == nil {
 		err = fdatasync(w.f)
 	}
-	var cerr error
-	if synced {
-		cerr = <-committed
-	}
 	if err != nil {
-		w.usable = false
-		v.walOn.Store(false)
-		if !synced {
-			return false // nothing committed
-		}
-		if cerr == nil {
-			// Committed, but not durable through the log: badger's log
-			// makes it so. The record may be in the log; the mark holds
-			// its number.
-			cerr = v.s.Sync()
-		}
-	} else {
-		w.off += int64(len(rec))
-		w.dirty = false
-		if !synced {
-			cerr = p.txn.Commit()
-		}
+		return fail()
 	}
-	if cerr != nil {
-		// The record may be in the log: the commits that follow carry
-		// later numbers, so a replay never applies it over them, and the
-		// full way commits the journal and runs fn again.
+	w.off += int64(len(rec))
+	w.dirty = false
+	if err := p.txn.Commit(); err != nil {
+		// The record is in the log: the commits that follow carry later
+		// numbers, so a replay never applies it over them, and the full
+		// way commits the journal and runs fn again.
 		v.walSeq.Store(seq)
-		w.usable = false
-		v.walOn.Store(false)
-		p.err = cerr
-		return false
+		p.err = err
+		return fail()
 	}
 	p.txn.Discard()
 	v.s.commits.Add(1)
 	v.walSeq.Store(seq)
-	if synced {
-		v.walCovered(seq)
-		if err != nil {
-			// Durable by badger's sync, with no record of its own.
-			v.walPlaced()
-		}
-	} else {
-		v.walData.Store(seq)
-	}
+	v.walData.Store(seq)
 	v.journalDone(p.upto)
-	if err == nil {
-		v.loggedQuiesces.Add(1)
+	v.loggedQuiesces.Add(1)
+	return true
+}
+
+// recordOps are the operations of p's record: the journal's, then the
+// transaction's own writes with the mark as one more.
+func (p *prepared) recordOps() [][]kv {
+	own := append(p.rec.writes[:len(p.rec.writes):len(p.rec.writes)], p.mark)
+	return append(p.ops[:len(p.ops):len(p.ops)], own)
+}
+
+// commitBehind is a quiesce's commit through the intent log when the data
+// is synced (the mark says so): the transaction commits now, and the
+// record (with no data) is written and synced by the function it
+// returns, which the caller runs while the view moves onto the new stack
+// and the kernel's caches are dropped, as badger's log sync ran before,
+// still holding cmu; the order of the commit and the record no longer
+// matters. When that write or sync fails, badger's log is synced
+// instead. It reports false, with nothing in the log, when the log has no
+// room or the commit failed (p.err).
+func (p *prepared) commitBehind() (func() error, bool) {
+	v := p.v
+	w := v.wal
+	if p.err != nil {
+		return nil, false
 	}
-	return err == nil || synced
+	seq := v.walSeq.Load() + 1
+	rec := encodeWalRec(walRec{cycle: w.cycle, seq: seq, ops: p.recordOps()})
+	at := w.off
+	if at+int64(len(rec)) > walSize {
+		w.usable = false
+		v.walOn.Store(false)
+		return nil, false
+	}
+	if err := p.txn.Commit(); err != nil {
+		p.err = err
+		return nil, false
+	}
+	p.txn.Discard()
+	v.s.commits.Add(1)
+	v.walSeq.Store(seq)
+	v.walCovered(seq)
+	v.journalDone(p.upto)
+	w.off += int64(len(rec))
+	return func() error {
+		_, err := w.f.WriteAt(rec, at)
+		if err == nil {
+			err = v.s.fault("walsync", v.info.Name)
+		}
+		if err == nil {
+			err = fdatasync(w.f)
+		}
+		if err == nil {
+			w.dirty = false
+			v.loggedQuiesces.Add(1)
+			return nil
+		}
+		// Durable by badger's sync instead, with no record of its own.
+		w.usable = false
+		v.walOn.Store(false)
+		v.walPlaced()
+		return v.s.Sync()
+	}, true
 }
 
 // unlog turns a transaction prepared for the intent log into one of the
