@@ -219,7 +219,13 @@ func TestQuiesceLogFallsBack(t *testing.T) {
 		carry bool
 		setup func(t *testing.T, sc *logScene) (restore func())
 	}{
-		{"log too small", true, func(t *testing.T, sc *logScene) func() {
+		{"log too small, data carried", true, func(t *testing.T, sc *logScene) func() {
+			sc.v.cmu.Lock()
+			sc.v.wal.off = walSize - 100
+			sc.v.cmu.Unlock()
+			return func() {}
+		}},
+		{"log too small, data synced", false, func(t *testing.T, sc *logScene) func() {
 			sc.v.cmu.Lock()
 			sc.v.wal.off = walSize - 100
 			sc.v.cmu.Unlock()
@@ -471,11 +477,17 @@ func TestQuiesceLogReplaysTheTransaction(t *testing.T) {
 	sc.write(t, "f2", "more")
 	head, err := sc.e.store.Sandbox(sc.e.name)
 	ok(t, "sandbox", err)
-	_, _, err = sc.e.store.Freeze(sc.e.name, func(tx *Txn, frozen, next string) error {
-		return tx.Set("x/"+strings.Repeat("k", 70000), nil) // too long a key
-	})
-	if err == nil {
-		t.Fatal("a checkpoint whose function failed succeeded")
+	for _, fn := range []FreezeFunc{
+		func(tx *Txn, frozen, next string) error {
+			return tx.Set("x/"+strings.Repeat("k", 70000), nil) // too long a key
+		},
+		func(tx *Txn, frozen, next string) error {
+			return tx.Delete("x/" + strings.Repeat("k", 70000))
+		},
+	} {
+		if _, _, err = sc.e.store.Freeze(sc.e.name, fn); err == nil {
+			t.Fatal("a checkpoint whose function failed succeeded")
+		}
 	}
 	after, err := sc.e.store.Sandbox(sc.e.name)
 	ok(t, "sandbox", err)
