@@ -175,6 +175,24 @@ func (v *View) quiesce(during func(), fn journalFunc) (logged bool, behind func(
 	return false, nil, p.commit()
 }
 
+// afterQuiesce starts what makes a quiesce's commit durable while the
+// view moves onto the new stack: the intent log record's write and sync
+// (behind), nothing when the record is synced already (logged; err is
+// then a failure to keep the left data file for a later sync), or
+// badger's log sync (sync). The channel gets its error.
+func afterQuiesce(logged bool, behind func() error, err error, sync func() error) <-chan error {
+	synced := make(chan error, 1)
+	switch {
+	case behind != nil:
+		go func() { synced <- behind() }()
+	case logged:
+		synced <- err
+	default:
+		go func() { synced <- sync() }()
+	}
+	return synced
+}
+
 // fdatasync makes f's data (and its size) durable.
 func fdatasync(f *os.File) error {
 	rc, err := f.SyscallConn()
@@ -222,15 +240,7 @@ func (v *View) freeze(fn FreezeFunc) (frozen, next string, err error) {
 	// head already names (through the intent log, the log's record is
 	// durable already; a failure to keep the left data file for a later
 	// sync is reported once the view is on the new stack).
-	synced := make(chan error, 1)
-	switch {
-	case behind != nil:
-		go func() { synced <- behind() }()
-	case logged:
-		synced <- err
-	default:
-		go func() { synced <- v.s.Sync() }()
-	}
+	synced := afterQuiesce(logged, behind, err, v.s.Sync)
 	tx.rememberDeltas([]string{frozen})
 	punch := v.holdFreedLocked()
 	// The tree is the same over the new stack. What the cache holds of
@@ -498,15 +508,7 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 	// which the committed head already names (through the intent log, the
 	// log's record is durable already; a failure to keep the left data
 	// file for a later sync is reported once the view is on it).
-	synced := make(chan error, 1)
-	switch {
-	case behind != nil:
-		go func() { synced <- behind() }()
-	case logged:
-		synced <- err
-	default:
-		go func() { synced <- s.Sync() }()
-	}
+	synced := afterQuiesce(logged, behind, err, s.Sync)
 	tx.rememberDeltas(left)
 	punch := func(bool) {}
 	if v != nil {

@@ -1203,14 +1203,7 @@ func (p *prepared) commitLogged(segs []walSeg, sizes []walMinSize) bool {
 	if w.off+int64(len(rec)) > walSize {
 		return fail()
 	}
-	if _, err := w.f.WriteAt(rec, w.off); err != nil {
-		return fail()
-	}
-	err := v.s.fault("walsync", v.info.Name)
-	if err == nil {
-		err = fdatasync(w.f)
-	}
-	if err != nil {
+	if err := v.walWriteSync(w, rec, w.off); err != nil {
 		return fail()
 	}
 	w.off += int64(len(rec))
@@ -1273,13 +1266,7 @@ func (p *prepared) commitBehind() (func() error, bool) {
 	v.journalDone(p.upto)
 	w.off += int64(len(rec))
 	return func() error {
-		_, err := w.f.WriteAt(rec, at)
-		if err == nil {
-			err = v.s.fault("walsync", v.info.Name)
-		}
-		if err == nil {
-			err = fdatasync(w.f)
-		}
+		err := v.walWriteSync(w, rec, at)
 		if err == nil {
 			w.dirty = false
 			v.loggedQuiesces.Add(1)

@@ -869,17 +869,8 @@ func (v *View) syncLogged(sealed uint64) bool {
 	if w.off+int64(len(rec)) > walSize {
 		return fail()
 	}
-	if rec != nil {
-		if _, err := w.f.WriteAt(rec, w.off); err != nil {
-			return fail()
-		}
-	}
 	if rec != nil || w.dirty {
-		err := v.s.fault("walsync", v.info.Name)
-		if err == nil {
-			err = fdatasync(w.f)
-		}
-		if err != nil {
+		if err := v.walWriteSync(w, rec, w.off); err != nil {
 			return fail()
 		}
 	}
@@ -900,6 +891,20 @@ func (v *View) syncLogged(sealed uint64) bool {
 	}
 	v.journalDone(upto)
 	return true
+}
+
+// walWriteSync writes rec (when there is one) at offset at of intent log
+// w and syncs the log: a data write and one device flush.
+func (v *View) walWriteSync(w *walLog, rec []byte, at int64) error {
+	if len(rec) > 0 {
+		if _, err := w.f.WriteAt(rec, at); err != nil {
+			return err
+		}
+	}
+	if err := v.s.fault("walsync", v.info.Name); err != nil {
+		return err
+	}
+	return fdatasync(w.f)
 }
 
 // walCovered records that a data sync that began after the commit of
