@@ -1196,8 +1196,7 @@ func (p *prepared) commitLogged(segs []walSeg, sizes []walMinSize) bool {
 	seq := v.walSeq.Load() + 1
 	rec := encodeWalRec(walRec{cycle: w.cycle, seq: seq, ops: p.recordOps(), segs: all, sizes: allSizes})
 	fail := func() bool {
-		w.usable = false
-		v.walOn.Store(false)
+		v.walStopLocked()
 		return false
 	}
 	if w.off+int64(len(rec)) > walSize {
@@ -1251,8 +1250,7 @@ func (p *prepared) commitBehind() (func() error, bool) {
 	rec := encodeWalRec(walRec{cycle: w.cycle, seq: seq, ops: p.recordOps()})
 	at := w.off
 	if at+int64(len(rec)) > walSize {
-		w.usable = false
-		v.walOn.Store(false)
+		v.walStopLocked()
 		return nil, false
 	}
 	if err := p.txn.Commit(); err != nil {
@@ -1273,8 +1271,7 @@ func (p *prepared) commitBehind() (func() error, bool) {
 			return nil
 		}
 		// Durable by badger's sync instead, with no record of its own.
-		w.usable = false
-		v.walOn.Store(false)
+		v.walStopLocked()
 		v.walPlaced()
 		return v.s.Sync()
 	}, true

@@ -721,13 +721,11 @@ func (v *View) walAppendLocked(seq uint64, ops [][]kv) {
 	}
 	b := encodeWalRec(walRec{cycle: w.cycle, seq: seq, ops: ops})
 	if w.off+int64(len(b)) > walSize {
-		w.usable = false
-		v.walOn.Store(false)
+		v.walStopLocked()
 		return
 	}
 	if _, err := w.f.WriteAt(b, w.off); err != nil {
-		w.usable = false
-		v.walOn.Store(false)
+		v.walStopLocked()
 		return
 	}
 	w.off += int64(len(b))
@@ -862,8 +860,7 @@ func (v *View) syncLogged(sealed uint64) bool {
 	}
 	fail := func() bool {
 		v.putBackJournal(ops, nil)
-		w.usable = false
-		v.walOn.Store(false)
+		v.walStopLocked()
 		return false
 	}
 	if w.off+int64(len(rec)) > walSize {
@@ -882,8 +879,7 @@ func (v *View) syncLogged(sealed uint64) bool {
 	if err := v.commitOpsLocked(ops, seq); err != nil {
 		// The record is in the log, its operations back in the
 		// journal: the full way syncs the data, then commits them.
-		w.usable = false
-		v.walOn.Store(false)
+		v.walStopLocked()
 		return false
 	}
 	if len(segs) > 0 {
@@ -891,6 +887,14 @@ func (v *View) syncLogged(sealed uint64) bool {
 	}
 	v.journalDone(upto)
 	return true
+}
+
+// walStopLocked takes the intent log out of use until a full sync lets
+// it start again (restartWALLocked): it could not take or keep a record.
+// The caller holds cmu.
+func (v *View) walStopLocked() {
+	v.wal.usable = false
+	v.walOn.Store(false)
 }
 
 // walWriteSync writes rec (when there is one) at offset at of intent log
