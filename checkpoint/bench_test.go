@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-sandbox/strata/fs"
 	"github.com/strata-sandbox/strata/layers"
 )
 
@@ -25,11 +26,7 @@ import (
 //	go test -run '^$' -bench CheckpointRollback ./checkpoint
 //
 // (add -benchtime 200x for steadier percentiles).
-func BenchmarkCheckpointRollback(b *testing.B) {
-	for _, n := range []int{1000, 50000} {
-		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) { benchCheckpointRollback(b, n, 0) })
-	}
-}
+func BenchmarkCheckpointRollback(b *testing.B) { benchSizes(b, 0, benchCheckpointRollback) }
 
 // BenchmarkCheckpointRollbackAfterPause is BenchmarkCheckpointRollback
 // with a pause between the edits and the checkpoint or rollback, as an
@@ -37,15 +34,136 @@ func BenchmarkCheckpointRollback(b *testing.B) {
 // idle for a while, and the checkpoint is left its own records and one
 // log flush.
 func BenchmarkCheckpointRollbackAfterPause(b *testing.B) {
+	benchSizes(b, agentPause, benchCheckpointRollback)
+}
+
+// BenchmarkCheckpointRollbackMounted is BenchmarkCheckpointRollback on a
+// mounted sandbox, as an agent platform runs it: the changes go through
+// the mount (70 files edited, 20 added, 10 removed, in 100 directories),
+// each rollback goes back to the checkpoint just taken over 100 more
+// changes, and drops the kernel's caches of what it changed before it
+// returns. Run:
+//
+//	go test -run '^$' -bench CheckpointRollbackMounted -benchtime 100x ./checkpoint
+func BenchmarkCheckpointRollbackMounted(b *testing.B) { benchSizes(b, 0, benchMounted) }
+
+// BenchmarkCheckpointRollbackMountedAfterPause is
+// BenchmarkCheckpointRollbackMounted with an agent's turn (agentPause)
+// between the changes and the checkpoint or rollback.
+func BenchmarkCheckpointRollbackMountedAfterPause(b *testing.B) {
+	benchSizes(b, agentPause, benchMounted)
+}
+
+func benchMounted(b *testing.B, n int, pause time.Duration) {
+	_, st, v := benchSandbox(b, n, benchFile)
+	mnt := filepath.Join(b.TempDir(), "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	m, err := fs.New(mnt, v, fs.Options{})
+	if err != nil {
+		v.Close()
+		st.Close()
+		b.Fatal(err)
+	}
+	defer st.Close()
+	defer v.Close()
+	defer m.Unmount()
+	mgr := New(st, mounts{"s": m})
+	if _, err := mgr.Create("s", Options{}); err != nil {
+		b.Fatal(err)
+	}
+	// Round r changes files of its own; a removal that persists (the
+	// changes before a checkpoint) is remembered so that no later round
+	// edits or removes a missing file.
+	gone := map[string]bool{}
+	change := func(round int, persist bool) {
+		for k := 0; k < 100; k++ {
+			dir := filepath.Join(mnt, fmt.Sprintf("d%03d", (round*7+k)%100))
+			p := filepath.Join(dir, fmt.Sprintf("f%05d.go", ((round*13+k)*100+(round*7+k)%100)%n))
+			var err error
+			switch {
+			case k < 70 || (k >= 90 && gone[p]):
+				err = os.WriteFile(p, []byte(fmt.Sprintf("// edit %d\n", round)), 0o644)
+				if persist {
+					delete(gone, p)
+				}
+			case k < 90:
+				err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("new%d-%d", round, k)), []byte("new\n"), 0o644)
+			default:
+				err = os.Remove(p)
+				if persist {
+					gone[p] = true
+				}
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var cps, rbs []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		change(2*i, true)
+		time.Sleep(pause)
+		t0 := time.Now()
+		cp, err := mgr.Create("s", Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cps = append(cps, time.Since(t0))
+		change(2*i+1, false)
+		time.Sleep(pause)
+		rbs = append(rbs, timedRollback(b, mgr, cp.ID))
+	}
+	reportRounds(b, cps, rbs)
+}
+
+// agentPause is the benchmarks' agent's turn between its changes and the
+// checkpoint or rollback.
+const agentPause = 200 * time.Millisecond
+
+// benchSizes runs a checkpoint-and-rollback benchmark at the workspace
+// sizes issue 3 names, 1,000 and 50,000 files, each with pause.
+func benchSizes(b *testing.B, pause time.Duration, run func(b *testing.B, n int, pause time.Duration)) {
 	for _, n := range []int{1000, 50000} {
-		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) { benchCheckpointRollback(b, n, 200*time.Millisecond) })
+		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) { run(b, n, pause) })
 	}
 }
 
+// benchFile names the files of the checkpoint-and-rollback benchmarks'
+// workspaces: 100 directories of small Go files.
+func benchFile(i int) (string, string) {
+	return fmt.Sprintf("d%03d/f%05d.go", i%100, i), fmt.Sprintf("package p // %d\n", i)
+}
+
+// timedRollback rolls sandbox "s" back to checkpoint id, which must
+// report 100 changed paths, and returns how long that took.
+func timedRollback(b *testing.B, m *Manager, id string) time.Duration {
+	b.Helper()
+	t0 := time.Now()
+	res, err := m.Rollback("s", id)
+	took := time.Since(t0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(res.ChangedPaths) != 100 {
+		b.Fatalf("the rollback reports %d changed paths, want 100", len(res.ChangedPaths))
+	}
+	return took
+}
+
+// reportRounds reports the median and 90th percentile of the rounds'
+// checkpoints and rollbacks.
+func reportRounds(b *testing.B, cps, rbs []time.Duration) {
+	b.ReportMetric(ms(quantile(cps, 0.5)), "checkpoint-p50-ms")
+	b.ReportMetric(ms(quantile(rbs, 0.5)), "rollback-p50-ms")
+	b.ReportMetric(ms(quantile(cps, 0.9)), "checkpoint-p90-ms")
+	b.ReportMetric(ms(quantile(rbs, 0.9)), "rollback-p90-ms")
+}
+
 func benchCheckpointRollback(b *testing.B, n int, pause time.Duration) {
-	_, st, v := benchSandbox(b, n, func(i int) (string, string) {
-		return fmt.Sprintf("d%03d/f%05d.go", i%100, i), fmt.Sprintf("package p // %d\n", i)
-	})
+	_, st, v := benchSandbox(b, n, benchFile)
 	defer st.Close()
 	defer v.Close()
 	m := New(st, nil)
@@ -74,20 +192,9 @@ func benchCheckpointRollback(b *testing.B, n int, pause time.Duration) {
 		}
 		cps = append(cps, time.Since(t0))
 		edit(i + 1000)
-		t0 = time.Now()
-		res, err := m.Rollback("s", first.ID)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rbs = append(rbs, time.Since(t0))
-		if len(res.ChangedPaths) != 100 {
-			b.Fatalf("rollback %d reports %d changed paths, want 100", i, len(res.ChangedPaths))
-		}
+		rbs = append(rbs, timedRollback(b, m, first.ID))
 	}
-	b.ReportMetric(ms(quantile(cps, 0.5)), "checkpoint-p50-ms")
-	b.ReportMetric(ms(quantile(rbs, 0.5)), "rollback-p50-ms")
-	b.ReportMetric(ms(quantile(cps, 0.9)), "checkpoint-p90-ms")
-	b.ReportMetric(ms(quantile(rbs, 0.9)), "rollback-p90-ms")
+	reportRounds(b, cps, rbs)
 }
 
 // quantile is the q-quantile (0 < q < 1) of ds.

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -171,5 +172,53 @@ func TestRollbackLiveToMiddleCheckpoint(t *testing.T) {
 	l.mount()
 	if got, _ := l.read("a.txt"); got != "three" {
 		t.Errorf("a.txt after remount: got %q, want %q", got, "three")
+	}
+}
+
+// TestFailedRollbackLive: a rollback that fails after it began dropping
+// the kernel's caches (its function refuses) leaves the mount showing
+// the state it had, names and content, with nothing stale cached.
+func TestFailedRollbackLive(t *testing.T) {
+	l := newLive(t, func(base string) {
+		os.WriteFile(filepath.Join(base, "a.txt"), []byte("base"), 0o644)
+		os.WriteFile(filepath.Join(base, "old.txt"), []byte("old"), 0o644)
+	})
+	cp, err := l.mgr.Create("s", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.write("a.txt", "after")
+	l.write("new.txt", "new")
+	if err := os.Remove(filepath.Join(l.mnt, "old.txt")); err != nil {
+		t.Fatal(err)
+	}
+	l.read("a.txt")
+	l.read("new.txt")
+	l.read("old.txt") // a miss the kernel may cache
+	boom := errors.New("refused")
+	_, err = l.mgr.RollbackTx("s", cp.ID, func(*layers.Txn, string) error { return boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("rollback: %v, want %v", err, boom)
+	}
+	for rel, want := range map[string]string{"a.txt": "after", "new.txt": "new"} {
+		if got, ok := l.read(rel); !ok || got != want {
+			t.Errorf("%s after a failed rollback: %q (found %v), want %q", rel, got, ok, want)
+		}
+	}
+	if _, ok := l.read("old.txt"); ok {
+		t.Error("old.txt came back after a failed rollback")
+	}
+	// The sandbox goes on: a rollback now works.
+	if _, err := l.mgr.Rollback("s", cp.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := l.read("a.txt"); got != "base" {
+		t.Errorf("a.txt after the rollback: %q, want \"base\"", got)
+	}
+	if _, ok := l.read("new.txt"); ok {
+		t.Error("new.txt still there after the rollback")
+	}
+	if got, _ := l.read("old.txt"); got != "old" {
+		t.Errorf("old.txt after the rollback: %q, want \"old\"", got)
 	}
 }

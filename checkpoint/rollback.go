@@ -104,8 +104,9 @@ func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, ext
 	}
 	// A mounted sandbox tells what changed from its layers' deltas as it
 	// moves (ch); otherwise the two states are compared afterwards.
-	// The kernel's caches are dropped as soon as a live view shows the
-	// new state, while the move's metadata syncs (moved).
+	// The kernel's caches of what the move touches are dropped as soon as
+	// that is known, while the view is held for the move and the move
+	// commits and syncs (moved).
 	invalidated := false
 	var moved layers.MovedFunc
 	if m.inval != nil {
@@ -162,9 +163,10 @@ func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, ext
 		}
 		return nil
 	}, moved)
-	if !invalidated {
+	if !invalidated || err != nil {
 		// No live view here: a mount this process serves, if any, still
-		// caches the old state (and so does one that failed to switch).
+		// caches the old state (and so does one that failed to switch,
+		// which may have dropped only what the move was to touch).
 		var t *layers.Touched
 		if ch != nil {
 			t = ch.Touched

@@ -11,10 +11,12 @@ import (
 // inode the kernel knows, its attributes and pages; for every directory it
 // knows, the entries it holds, and every missing name it was let cache
 // (negative.go), so a name that a rollback brings back is found at once. Call
-// it after the view was repointed and from outside any FUSE request:
-// notifications issued from inside one can deadlock. It returns the
-// number of notifications sent.
+// it once the view was repointed, or while a repoint holds it (every
+// request waits for the new state then: layers.MovedFunc), and from
+// outside any FUSE request: notifications issued from inside one can
+// deadlock. It returns the number of notifications sent.
 func (m *Mount) Invalidate() int {
+	m.negs.drop()
 	sent := 0
 	seen := map[*gofs.Inode]bool{}
 	queue := []*gofs.Inode{&m.root.Inode}
@@ -34,9 +36,9 @@ func (m *Mount) Invalidate() int {
 // (layers.Changes.Touched): only the inodes and directories named there
 // are dropped, and in a directory only the names whose entries changed
 // (Touched.Names), so the cost follows what changed, not what the kernel
-// knows. The same rules apply: call it after the view was repointed, from
-// outside any FUSE request.
+// knows. The same rules apply.
 func (m *Mount) InvalidateTouched(t layers.Touched) int {
+	m.negs.drop()
 	sent := 0
 	dropped := map[*gofs.Inode]bool{}
 	content := func(n *gofs.Inode) {

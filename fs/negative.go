@@ -22,21 +22,27 @@ type negatives struct {
 	mu    sync.Mutex
 	dirs  map[uint64]map[string]struct{} // directory inode -> names
 	count int
+	// drops counts the repoints that began dropping the kernel's caches
+	// (drop): a lookup that began before one may have read the state the
+	// repoint leaves, and a repoint drops what it touched before the view
+	// moves (layers.MovedFunc), so the view's epoch alone cannot tell.
+	drops uint64
 }
 
 // maxNegatives bounds the index; past it, missing names are not cached
 // until names leave it (made through the mount, or dropped by a repoint).
 const maxNegatives = 1 << 16
 
-// add records that name is missing in dir, when current still holds: it
-// reports whether the kernel may cache the answer. current tells whether
-// the view was not repointed since the lookup asked it; checking it under
-// the index's lock means a repoint's drop either sees the name or the
-// lookup sees the repoint.
-func (ng *negatives) add(dir uint64, name string, current func() bool) bool {
+// add records that name is missing in dir, when no repoint began a drop
+// since the lookup began (since: dropsNow then) and current still holds:
+// it reports whether the kernel may cache the answer. current tells
+// whether the view was not repointed since the lookup asked it; checking
+// both under the index's lock means a repoint's drop either sees the
+// name or the lookup sees the repoint.
+func (ng *negatives) add(dir uint64, name string, since uint64, current func() bool) bool {
 	ng.mu.Lock()
 	defer ng.mu.Unlock()
-	if ng.count >= maxNegatives || !current() {
+	if ng.count >= maxNegatives || ng.drops != since || !current() {
 		return false
 	}
 	names := ng.dirs[dir]
@@ -52,6 +58,21 @@ func (ng *negatives) add(dir uint64, name string, current func() bool) bool {
 		ng.count++
 	}
 	return true
+}
+
+// dropsNow is the count of drops begun, for a lookup beginning (add).
+func (ng *negatives) dropsNow() uint64 {
+	ng.mu.Lock()
+	defer ng.mu.Unlock()
+	return ng.drops
+}
+
+// drop notes that a repoint begins dropping the kernel's caches: lookups
+// under way may not cache what they find missing.
+func (ng *negatives) drop() {
+	ng.mu.Lock()
+	defer ng.mu.Unlock()
+	ng.drops++
 }
 
 // len is how many names the index holds.
@@ -102,10 +123,11 @@ func (ng *negatives) take(dirs []uint64, all bool) map[uint64]map[string]struct{
 var negativeTimeout = entryTimeout
 
 // cacheMissing lets the kernel cache that name is missing in n, unless the
-// index is full or the view was repointed since the lookup began (epoch).
-func (n *node) cacheMissing(name string, epoch uint64, out *fuse.EntryOut) {
+// index is full or the view was repointed, or a repoint began dropping
+// caches, since the lookup began (epoch, drops).
+func (n *node) cacheMissing(name string, epoch, drops uint64, out *fuse.EntryOut) {
 	v := n.view()
-	if n.m.negs.add(n.ino(), name, func() bool { return v.Epoch() == epoch }) {
+	if n.m.negs.add(n.ino(), name, drops, func() bool { return v.Epoch() == epoch }) {
 		return // go-fuse answers with an entry of no inode, cached for negativeTimeout
 	}
 	// A non-zero timeout keeps go-fuse from caching the miss: the answer

@@ -88,7 +88,7 @@ func TestMissingNamesAfterRollback(t *testing.T) {
 }
 
 // TestMissingNamesIndex checks the index's rules: a name is recorded once,
-// a repoint since the lookup began keeps it out, the bound keeps new ones
+// a repoint or a drop since the lookup began keeps it out, the bound keeps new ones
 // out, forget and take drop what they name.
 func TestMissingNamesIndex(t *testing.T) {
 	var ng negatives
@@ -100,13 +100,16 @@ func TestMissingNamesIndex(t *testing.T) {
 		want  bool
 		count int
 	}{
-		{"add", func() bool { return ng.add(1, "a", yes) }, true, 1},
-		{"add again", func() bool { return ng.add(1, "a", yes) }, true, 1},
-		{"add after a repoint", func() bool { return ng.add(1, "b", no) }, false, 1},
-		{"add in another directory", func() bool { return ng.add(2, "a", yes) }, true, 2},
+		{"add", func() bool { return ng.add(1, "a", 0, yes) }, true, 1},
+		{"add again", func() bool { return ng.add(1, "a", 0, yes) }, true, 1},
+		{"add after a repoint", func() bool { return ng.add(1, "b", 0, no) }, false, 1},
+		{"add in another directory", func() bool { return ng.add(2, "a", 0, yes) }, true, 2},
 		{"forget", func() bool { ng.forget(1, "a"); return true }, true, 1},
 		{"forget what is not there", func() bool { ng.forget(1, "zz"); ng.forget(9, "a"); return true }, true, 1},
 		{"take one directory", func() bool { return len(ng.take([]uint64{2, 3}, false)[2]) == 1 }, true, 0},
+		{"add after a drop began", func() bool { since := ng.dropsNow(); ng.drop(); return ng.add(1, "c", since, yes) }, false, 0},
+		{"add that began after the drop", func() bool { return ng.add(1, "c", ng.dropsNow(), yes) }, true, 1},
+		{"take it", func() bool { return len(ng.take([]uint64{1}, false)[1]) == 1 }, true, 0},
 	}
 	for _, s := range steps {
 		if got := s.do(); got != s.want || ng.count != s.count {
@@ -114,15 +117,15 @@ func TestMissingNamesIndex(t *testing.T) {
 		}
 	}
 	for i := 0; i < maxNegatives; i++ {
-		ng.add(uint64(i%7), fmt.Sprint(i), yes)
+		ng.add(uint64(i%7), fmt.Sprint(i), ng.dropsNow(), yes)
 	}
-	if ng.add(1, "over", yes) || ng.count != maxNegatives {
+	if ng.add(1, "over", ng.dropsNow(), yes) || ng.count != maxNegatives {
 		t.Fatalf("past the bound: count %d, want %d and the name refused", ng.count, maxNegatives)
 	}
 	if all := ng.take(nil, true); len(all) != 7 || ng.count != 0 || ng.dirs != nil {
 		t.Fatalf("take all: %d directories, %d left", len(all), ng.count)
 	}
-	if !ng.add(layers.RootIno, "again", yes) {
+	if !ng.add(layers.RootIno, "again", ng.dropsNow(), yes) {
 		t.Fatal("after take, names are recorded again")
 	}
 }

@@ -159,12 +159,12 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if len(name) > layers.MaxNameLen {
 		return nil, syscall.ENAMETOOLONG
 	}
-	epoch := n.view().Epoch()
+	epoch, drops := n.view().Epoch(), n.m.negs.dropsNow()
 	a, err := n.view().Lookup(n.ino(), name)
 	if err != nil {
 		errno := toErrno(err)
 		if errno == syscall.ENOENT {
-			n.cacheMissing(name, epoch, out)
+			n.cacheMissing(name, epoch, drops, out)
 		}
 		return nil, errno
 	}

@@ -373,17 +373,23 @@ func (s *Store) RepointDiff(name, parent string, fn RepointFunc) (next string, c
 	return s.repoint(name, parent, fn, true, nil)
 }
 
-// MovedFunc is told, once a live view shows the state a repoint moves to,
-// what the move touched (nil when that is not known): the caller drops
-// the kernel's caches of the mount with it (fs.Mount.InvalidateTouched).
+// MovedFunc is told what a repoint of a live view touches (nil when that
+// is not known): the caller drops the kernel's caches of the mount with it
+// (fs.Mount.InvalidateTouched). It is told as soon as that is known, while
+// the view is held for the move, so every request answered after it sees
+// the state moved to; when the move then fails, the view still shows the
+// state it had, and the caller drops every cache (rereads cost time, not
+// correctness).
 type MovedFunc func(t *Touched)
 
 // RepointDiffMoved is RepointDiff that runs moved, in its own goroutine,
-// as soon as a live view shows the new state: while the view finishes the
-// list of changes and the move's metadata syncs. It returns once moved has
-// returned, and only after it let go of the view's locks, so moved may
-// wait for requests to the mount (a kernel cache drop can). Without a live
-// view moved is not called.
+// as soon as the repoint of a live view knows what it touches (the
+// difference the last idle sync told, or the one it makes), before or
+// while the move commits, the view moves and the list of changes is
+// finished; or, when that is not known, once the view shows the new
+// state. It returns once moved has returned, and only after it let go of
+// the view's locks, so moved may wait for requests to the mount (a kernel
+// cache drop can). Without a live view moved is not called.
 func (s *Store) RepointDiffMoved(name, parent string, fn RepointFunc, moved MovedFunc) (next string, ch *Changes, err error) {
 	return s.repoint(name, parent, fn, true, moved)
 }
@@ -402,6 +408,14 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 			<-movedDone
 		}
 	}()
+	startMoved := func(t *Touched) {
+		movedDone = make(chan struct{})
+		go func() {
+			defer close(movedDone)
+			moved(t)
+		}()
+	}
+	var touched *Touched
 	next = NewID()
 	var stack, left []string
 	body := func(txn dbTxn, journal bool) error {
@@ -497,6 +511,20 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 			if rd = k.backTo(parent); rd == nil {
 				rd, _ = v.diffLocked(parent, d)
 			}
+			if rd == nil {
+				return
+			}
+			touched = rd.changed.touched()
+			// Every request waits for the view from here until it shows
+			// the new state, so the kernel's caches of what the move
+			// touches can go now, while the move commits: an answer the
+			// kernel asks for meanwhile is the new state's. The caller
+			// waits for it only once the view is released (the defers),
+			// as the kernel may hold a lock a waiting request needs. A
+			// move that fails after this only cost the kernel rereads.
+			if moved != nil {
+				startMoved(touched)
+			}
 		}, body)
 	} else {
 		err = s.update(func(txn *badger.Txn) error { return body(txn, false) })
@@ -525,21 +553,17 @@ func (s *Store) repoint(name, parent string, fn RepointFunc, wantDiff bool, move
 		v.epoch.Add(1)
 		var t *Touched
 		if rd != nil && err == nil {
-			t = rd.changed.touched()
+			t = touched
 		}
 		if v.onRepoint != nil {
 			v.onRepoint(t)
 		}
-		if moved != nil && err == nil {
-			movedDone = make(chan struct{})
-			go func() {
-				defer close(movedDone)
-				moved(t)
-			}()
+		if moved != nil && err == nil && movedDone == nil {
+			startMoved(t)
 		}
 		if rd != nil && err == nil {
 			// A diff that cannot be finished is left to the caller.
-			ch, _ = rd.finishLocked(v)
+			ch, _ = rd.finishLocked(v, t)
 		}
 	}
 	serr := <-synced

@@ -753,8 +753,9 @@ func (v *View) placeOf(ino uint64, n naming) (uint64, string, bool) {
 }
 
 // finishLocked fills, from the view now showing the new state, the paths
-// diffLocked could not tell, and sorts the changes as Compare does.
-func (rd *repointDiff) finishLocked(v *View) (*Changes, error) {
+// diffLocked could not tell, and sorts the changes as Compare does; t is
+// what the changes touched (rd.changed.touched()).
+func (rd *repointDiff) finishLocked(v *View, t *Touched) (*Changes, error) {
 	for ino, o := range rd.origins {
 		if _, ok := v.origins[ino]; !ok {
 			v.origins[ino] = o
@@ -780,7 +781,7 @@ func (rd *repointDiff) finishLocked(v *View) (*Changes, error) {
 		}
 	}
 	sortChanges(&rd.ch)
-	rd.ch.Touched = rd.changed.touched()
+	rd.ch.Touched = t
 	return &rd.ch, nil
 }
 

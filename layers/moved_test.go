@@ -1,15 +1,18 @@
 package layers
 
 import (
+	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// TestRepointDiffMoved: with a live view, moved runs once the view shows
-// the new state, is told what the move touched, may use the view (the
-// repoint lets go of it before it waits), and has returned when the
-// repoint returns. Without a live view it is not called.
+// TestRepointDiffMoved: with a live view, moved runs while the view is
+// held for the move, is told what the move touched, may use the view (the
+// repoint lets go of it before it waits; what it reads then is the new
+// state), and has returned when the repoint returns. Without a live view
+// it is not called.
 func TestRepointDiffMoved(t *testing.T) {
 	e := newEnv(t, 0, func(base string) { put(t, base+"/f", "base") })
 	v := e.view()
@@ -61,5 +64,45 @@ func TestRepointDiffMoved(t *testing.T) {
 	ok(t, "repoint without a view", err)
 	if calls.Load() != 1 {
 		t.Errorf("moved called without a live view")
+	}
+}
+
+// TestMovedBeforeTheMoveCommits: moved is told what the move touches as
+// soon as the repoint knows it, before the move commits, so a move that
+// then fails has called it; the view still shows the state it had, and
+// answers made while moved ran are that state's.
+func TestMovedBeforeTheMoveCommits(t *testing.T) {
+	e := newEnv(t, 0, func(base string) { put(t, base+"/f", "base") })
+	v := e.view()
+	defer v.Close()
+	f := lookup(t, v, RootIno, "f")
+	to := freeze(t, e.store, e.name)
+	_, err := v.WriteAt(f.Ino, []byte("changed"), 0, false)
+	ok(t, "write", err)
+	mkfile(t, v, RootIno, "g", "new")
+	info, err := e.store.Sandbox(e.name)
+	ok(t, "sandbox", err)
+
+	boom := errors.New("refused")
+	var told *Touched
+	_, _, err = e.store.RepointDiffMoved(e.name, to, func(*Txn, []string, []string, string) error { return boom }, func(tc *Touched) {
+		told = tc
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("repoint: %v, want %v", err, boom)
+	}
+	if told == nil || !slices.Contains(told.Inodes, f.Ino) {
+		t.Fatalf("moved was told %+v before the failed move; want what it was to touch (inode %d)", told, f.Ino)
+	}
+	after, err := e.store.Sandbox(e.name)
+	ok(t, "sandbox", err)
+	if after.Head != info.Head {
+		t.Fatalf("head %s after a failed move, want %s", after.Head, info.Head)
+	}
+	if got, err := readAll(v, f.Ino); err != nil || got != "changed" {
+		t.Fatalf("f reads %q (%v) after a failed move, want \"changed\"", got, err)
+	}
+	if _, err := v.Lookup(RootIno, "g"); err != nil {
+		t.Fatalf("g after a failed move: %v", err)
 	}
 }

@@ -1,9 +1,11 @@
 package layers
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -293,13 +295,15 @@ func TestQuiesceLogFallsBack(t *testing.T) {
 // runs again the full way; the record's number is passed, so an image of
 // a power cut after the retry replays nothing of it.
 func TestQuiesceLogCommitConflict(t *testing.T) {
-	for _, carry := range []bool{true, false} {
-		t.Run(fmt.Sprintf("carry=%v", carry), func(t *testing.T) {
+	for _, c := range []struct {
+		carry, eraseFails bool
+	}{{true, false}, {false, false}, {true, true}, {false, true}} {
+		t.Run(fmt.Sprintf("carry=%v/erase-fails=%v", c.carry, c.eraseFails), func(t *testing.T) {
 			sc := newLogScene(t)
 			ok(t, "seed", sc.e.store.Update(func(tx *Txn) error { return tx.Set("x/n", []byte("0")) }))
 			n := 3
 			op := "walsync" // the carrying record is synced before the commit
-			if !carry {
+			if !c.carry {
 				n = walCarryData/pageSize + 8
 				op = "datasync" // the commit starts once the data is synced
 			}
@@ -307,15 +311,20 @@ func TestQuiesceLogCommitConflict(t *testing.T) {
 				sc.write(t, fmt.Sprintf("g%d", i), "x")
 			}
 			var fired atomic.Bool
+			var walsyncs atomic.Int32
 			built := make(chan struct{}) // the transaction read x/n
 			restore := sc.e.store.InjectFault(func(o, _ string) error {
+				// The record's sync, then the erasure's.
+				if o == "walsync" && walsyncs.Add(1) == 2 && c.eraseFails {
+					return errors.New("log device failed")
+				}
 				if o != op || fired.Swap(true) {
 					return nil
 				}
 				// The data sync runs beside the transaction's building:
 				// the rewrite comes after the read.
 				<-built
-				return sc.e.store.Update(func(tx *Txn) error { return tx.Set("x/n", []byte("0")) })
+				return sc.e.store.Update(func(tx *Txn) error { return tx.Set("x/n", []byte("1")) })
 			})
 			runs := 0
 			_, _, err := sc.e.store.Freeze(sc.e.name, func(tx *Txn, frozen, next string) error {
@@ -331,13 +340,28 @@ func TestQuiesceLogCommitConflict(t *testing.T) {
 			})
 			restore()
 			ok(t, "checkpoint", err)
-			if runs != 2 || !fired.Load() {
-				t.Fatalf("the checkpoint's function ran %d times (conflict made: %v), want 2", runs, fired.Load())
+			if runs != 2 || !fired.Load() || walsyncs.Load() != 2 {
+				t.Fatalf("the checkpoint's function ran %d times (conflict made: %v, log syncs %d), want 2 (and 2)", runs, fired.Load(), walsyncs.Load())
 			}
 			var got []byte
 			ok(t, "read", sc.e.store.View(func(tx *Txn) (err error) { got, err = tx.Get("x/n"); return }))
-			if string(got) != "0+" {
-				t.Fatalf("x/n is %q, want \"0+\"", got)
+			if string(got) != "1+" {
+				t.Fatalf("x/n is %q, want \"1+\"", got)
+			}
+			// The refused record, made on the stale read, is gone from the
+			// log, or (its erasure failed) behind the mark.
+			log, err := os.ReadFile(sc.e.store.walPath(sc.e.name))
+			ok(t, "read the log", err)
+			_, committed, _, err := sc.e.store.walState(sc.e.name)
+			ok(t, "mark", err)
+			for _, r := range walCycle(bytes.NewReader(log), int64(len(log))) {
+				for _, o := range r.ops {
+					for _, e := range o {
+						if string(e.key) == "x/n" && (!c.eraseFails || r.seq > committed) {
+							t.Fatalf("record %d (mark %d) writes x/n = %q", r.seq, committed, e.val)
+						}
+					}
+				}
 			}
 			ok(t, "full sync", sc.v.sync(false))
 			sc.durable = filepath.Join(t.TempDir(), "durable")
@@ -347,8 +371,8 @@ func TestQuiesceLogCommitConflict(t *testing.T) {
 			img, _ := powerCutImage(t, sc.e, sc.durable, nil)
 			s2, v2 := openImage(t, img)
 			ok(t, "read the image", s2.View(func(tx *Txn) (err error) { got, err = tx.Get("x/n"); return }))
-			if string(got) != "0+" {
-				t.Fatalf("the image's x/n is %q, want \"0+\"", got)
+			if string(got) != "1+" {
+				t.Fatalf("the image's x/n is %q, want \"1+\"", got)
 			}
 			sameFiles(t, "image", fileTree(t, v2), sc.files)
 		})

@@ -1208,11 +1208,7 @@ func (p *prepared) commitLogged(segs []walSeg, sizes []walMinSize) bool {
 	w.off += int64(len(rec))
 	w.dirty = false
 	if err := p.txn.Commit(); err != nil {
-		// The record is in the log: the commits that follow carry later
-		// numbers, so a replay never applies it over them, and the full
-		// way commits the journal and runs fn again.
-		v.walSeq.Store(seq)
-		p.err = err
+		p.err = v.walRefused(w, seq, w.off-int64(len(rec)), len(rec), err)
 		return fail()
 	}
 	p.txn.Discard()
@@ -1232,14 +1228,14 @@ func (p *prepared) recordOps() [][]kv {
 }
 
 // commitBehind is a quiesce's commit through the intent log when the data
-// is synced (the mark says so): the transaction commits now, and the
-// record (with no data) is written and synced by the function it
-// returns, which the caller runs while the view moves onto the new stack
-// and the kernel's caches are dropped, as badger's log sync ran before,
-// still holding cmu; the order of the commit and the record no longer
-// matters. When that write or sync fails, badger's log is synced
-// instead. It reports false, with nothing in the log, when the log has no
-// room or the commit failed (p.err).
+// is synced (the mark says so): the record (with no data) is written and
+// synced while the transaction commits, and the function it returns
+// waits for that, which the caller runs while the view moves onto the
+// new stack and the kernel's caches are dropped, as badger's log sync ran
+// before, still holding cmu; the order of the commit and the record does
+// not matter. When that write or sync fails, badger's log is synced
+// instead. It reports false, with nothing left in the log for a replay,
+// when the log has no room or the commit failed (p.err).
 func (p *prepared) commitBehind() (func() error, bool) {
 	v := p.v
 	w := v.wal
@@ -1253,8 +1249,15 @@ func (p *prepared) commitBehind() (func() error, bool) {
 		v.walStopLocked()
 		return nil, false
 	}
+	wrote := make(chan error, 1)
+	go func() { wrote <- v.walWriteSync(w, rec, at) }()
 	if err := p.txn.Commit(); err != nil {
-		p.err = err
+		// Erased even when its write or sync failed: some of it may
+		// reach the disk yet.
+		<-wrote
+		w.off = at + int64(len(rec))
+		p.err = v.walRefused(w, seq, at, len(rec), err)
+		v.walStopLocked()
 		return nil, false
 	}
 	p.txn.Discard()
@@ -1264,7 +1267,7 @@ func (p *prepared) commitBehind() (func() error, bool) {
 	v.journalDone(p.upto)
 	w.off += int64(len(rec))
 	return func() error {
-		err := v.walWriteSync(w, rec, at)
+		err := <-wrote
 		if err == nil {
 			w.dirty = false
 			v.loggedQuiesces.Add(1)
@@ -1275,6 +1278,20 @@ func (p *prepared) commitBehind() (func() error, bool) {
 		v.walPlaced()
 		return v.s.Sync()
 	}, true
+}
+
+// walRefused is told that badger refused (err) the commit of record seq,
+// written to the log at offset at (n bytes): a replay must not apply it,
+// as its writes were made on reads the refusal says are stale and would
+// overwrite the commit it conflicted with. The full way's commits carry
+// its number in their mark, which keeps a replay from it; until the
+// first of them, a power cut would leave the record to replay, so it is
+// erased (best effort: the log goes out of use either way). It returns
+// err.
+func (v *View) walRefused(w *walLog, seq uint64, at int64, n int, err error) error {
+	v.walSeq.Store(seq)
+	_ = v.walWriteSync(w, make([]byte, n), at)
+	return err
 }
 
 // unlog turns a transaction prepared for the intent log into one of the
