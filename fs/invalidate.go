@@ -1,6 +1,8 @@
 package fs
 
 import (
+	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -39,6 +41,30 @@ func (m *Mount) Invalidate() int {
 // knows. The same rules apply.
 func (m *Mount) InvalidateTouched(t layers.Touched) int {
 	m.negs.drop()
+	// The inodes' notifications go on a second goroutine while this one
+	// sends the directories': the kernel serves both at once, and the
+	// time is its own (4 us a file, 7 us a name on this VM). A directory
+	// named in both lists may be told twice.
+	var files atomic.Int64
+	var wg sync.WaitGroup
+	inodes := func() {
+		for _, ino := range t.Inodes {
+			for _, n := range m.nodesOf(ino) {
+				n.NotifyContent(0, 0)
+				files.Add(1)
+			}
+		}
+	}
+	if len(t.Inodes) >= parallelNotifyMin && len(t.Dirs) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inodes()
+		}()
+	} else {
+		inodes()
+	}
+	defer wg.Wait()
 	sent := 0
 	dropped := map[*gofs.Inode]bool{}
 	content := func(n *gofs.Inode) {
@@ -46,11 +72,6 @@ func (m *Mount) InvalidateTouched(t layers.Touched) int {
 			dropped[n] = true
 			n.NotifyContent(0, 0)
 			sent++
-		}
-	}
-	for _, ino := range t.Inodes {
-		for _, n := range m.nodesOf(ino) {
-			content(n)
 		}
 	}
 	var unnamed []uint64
@@ -81,8 +102,14 @@ func (m *Mount) InvalidateTouched(t layers.Touched) int {
 	}
 	// A name missing before may exist now only in a directory whose
 	// entries changed.
-	return sent + m.dropMissing(m.negs.take(unnamed, false))
+	sent += m.dropMissing(m.negs.take(unnamed, false))
+	wg.Wait()
+	return sent + int(files.Load())
 }
+
+// parallelNotifyMin is how many inodes a repoint must have touched for
+// their notifications to go on a goroutine of their own.
+const parallelNotifyMin = 16
 
 // nodesOf is every inode of the tree the kernel knows under number ino.
 func (m *Mount) nodesOf(ino uint64) []*gofs.Inode {
