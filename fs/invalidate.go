@@ -64,7 +64,6 @@ func (m *Mount) InvalidateTouched(t layers.Touched) int {
 	} else {
 		inodes()
 	}
-	defer wg.Wait()
 	sent := 0
 	dropped := map[*gofs.Inode]bool{}
 	content := func(n *gofs.Inode) {

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -26,7 +27,9 @@ type negatives struct {
 	// (drop): a lookup that began before one may have read the state the
 	// repoint leaves, and a repoint drops what it touched before the view
 	// moves (layers.MovedFunc), so the view's epoch alone cannot tell.
-	drops uint64
+	// It moves before the drop takes names under mu, so an add under mu
+	// either sees it or is seen by the take.
+	drops atomic.Uint64
 }
 
 // maxNegatives bounds the index; past it, missing names are not cached
@@ -42,7 +45,7 @@ const maxNegatives = 1 << 16
 func (ng *negatives) add(dir uint64, name string, since uint64, current func() bool) bool {
 	ng.mu.Lock()
 	defer ng.mu.Unlock()
-	if ng.count >= maxNegatives || ng.drops != since || !current() {
+	if ng.count >= maxNegatives || ng.drops.Load() != since || !current() {
 		return false
 	}
 	names := ng.dirs[dir]
@@ -61,19 +64,11 @@ func (ng *negatives) add(dir uint64, name string, since uint64, current func() b
 }
 
 // dropsNow is the count of drops begun, for a lookup beginning (add).
-func (ng *negatives) dropsNow() uint64 {
-	ng.mu.Lock()
-	defer ng.mu.Unlock()
-	return ng.drops
-}
+func (ng *negatives) dropsNow() uint64 { return ng.drops.Load() }
 
 // drop notes that a repoint begins dropping the kernel's caches: lookups
 // under way may not cache what they find missing.
-func (ng *negatives) drop() {
-	ng.mu.Lock()
-	defer ng.mu.Unlock()
-	ng.drops++
-}
+func (ng *negatives) drop() { ng.drops.Add(1) }
 
 // len is how many names the index holds.
 func (ng *negatives) len() int {
