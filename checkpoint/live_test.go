@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/strata-sandbox/strata/fs"
 	"github.com/strata-sandbox/strata/layers"
@@ -350,6 +351,73 @@ func TestRollbackLiveManyFiles(t *testing.T) {
 		}
 		if _, ok := l.read(filepath.Join(fmt.Sprintf("d%d", d), "new")); ok {
 			t.Errorf("d%d/new is still there", d)
+		}
+	}
+}
+
+// TestOpenDuringRollbackGetsTheNewFile: a rollback drops only the
+// attributes of files no handle holds and leaves their pages to the stale
+// inodes (fs.pagesFrom). A file read while the rollback holds the view,
+// once those drops are sent, reads the checkpoint's content, and so does
+// every file after it. The edits keep the size and the time, so the
+// kernel's own checks of them cannot drop the pages instead. (The open
+// that passed its check before the rollback moved the file, a narrower
+// race, is fs.TestOpenWaitingForARollbackIsRefused.)
+func TestOpenDuringRollbackGetsTheNewFile(t *testing.T) {
+	l := newLive(t, func(base string) {
+		for i := 0; i < 20; i++ {
+			os.WriteFile(filepath.Join(base, fmt.Sprintf("f%02d", i)), []byte("base"), 0o644)
+		}
+	})
+	cp, err := l.mgr.Create("s", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		rel := fmt.Sprintf("f%02d", i)
+		p := filepath.Join(l.mnt, rel)
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.write(rel, "EDIT")
+		// The base file's time too: the kernel drops the pages of a file
+		// whose time changed when it reads its attributes (FUSE's
+		// auto_inval_data), which would hide a stale open.
+		if err := os.Chtimes(p, st.ModTime(), st.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := l.read(rel); got != "EDIT" { // its pages in the kernel
+			t.Fatalf("%s: %q before the rollback", rel, got)
+		}
+	}
+	type result struct {
+		content string
+		err     error
+	}
+	got := make(chan result, 1)
+	_, err = l.mgr.RollbackTx("s", cp.ID, func(*layers.Txn, string) error {
+		// The caches' drop began before this function; let it finish,
+		// then open while the rollback holds the view.
+		time.Sleep(50 * time.Millisecond)
+		go func() {
+			b, err := os.ReadFile(filepath.Join(l.mnt, "f07"))
+			got <- result{string(b), err}
+		}()
+		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil || r.content != "base" {
+		t.Fatalf("a read opened during the rollback: %q, %v; want \"base\"", r.content, r.err)
+	}
+	for i := 0; i < 20; i++ {
+		rel := fmt.Sprintf("f%02d", i)
+		if got, _ := l.read(rel); got != "base" {
+			t.Errorf("%s after the rollback: %q, want \"base\"", rel, got)
 		}
 	}
 }

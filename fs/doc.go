@@ -17,8 +17,9 @@
 // tree behind the kernel's back is a repoint of the view (rollback, archive
 // restore): Mount.InvalidateTouched then drops, from outside any FUSE
 // request so it cannot deadlock, every attribute and page the kernel may
-// hold for the inodes the move touched and the entries of the names it
-// changed, or
+// hold for the inodes the move touched (only the attributes of a regular
+// file no handle holds: its old inode's pages are out of reach, below)
+// and the entries of the names it changed, or
 // Mount.Invalidate for every inode the kernel knows when the move could not
 // tell what it touched.
 //
@@ -66,8 +67,8 @@
 // opened before it fails with ESTALE (as NFS does for a file replaced on the
 // server), with one exception: a read the kernel answers from its page
 // cache, which for a file the rollback left as it was holds the same
-// content. A file the rollback touched loses its pages and gets a new
-// kernel inode (generation.go): a shared mapping made before the rollback
+// content. A file the rollback touched gets a new kernel inode, and its
+// old one loses its pages if a handle holds it (generation.go): a shared mapping made before the rollback
 // stays on the old one, where a page-in fails (SIGBUS) and nothing it
 // stores reaches the checkpoint's file, and reads of old handles find no
 // page a new open brought in. New opens see the checkpoint; one that

@@ -47,6 +47,18 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 }
 
 func (n *node) open(flags uint32, mayPassthrough bool) (gofs.FileHandle, uint32, syscall.Errno) {
+	// Counted before the checks of staleness: a rollback that found no
+	// handle moved the inode to a new generation before this open's view
+	// call returns (it holds the view), and the check after it refuses.
+	n.handles.Add(1)
+	fh, fl, errno := n.openCounted(flags, mayPassthrough)
+	if errno != 0 {
+		n.handles.Add(-1)
+	}
+	return fh, fl, errno
+}
+
+func (n *node) openCounted(flags uint32, mayPassthrough bool) (gofs.FileHandle, uint32, syscall.Errno) {
 	if n.stale() {
 		// A dentry from before a rollback: the kernel looks the path up
 		// again and opens the file's new inode (generation.go).
@@ -58,6 +70,14 @@ func (n *node) open(flags uint32, mayPassthrough bool) (gofs.FileHandle, uint32,
 	}
 	if err := v.Open(n.ino()); err != nil {
 		return nil, 0, toErrno(err)
+	}
+	if n.stale() {
+		// A rollback moved the file while this open waited for the view:
+		// the kernel may still hold the old inode's pages, which the
+		// rollback left there, having seen no handle. The kernel opens
+		// the new inode instead.
+		v.Release(n.ino())
+		return nil, 0, syscall.ESTALE
 	}
 	h := &handle{n: n, flags: flags, epoch: v.Epoch()}
 	n.mu.Lock()
@@ -142,6 +162,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		h.base.Close()
 	}
 	n.view().Release(n.ino())
+	n.handles.Add(-1)
 	return 0
 }
 

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/strata-sandbox/strata/checkpoint"
 	"github.com/strata-sandbox/strata/layers"
@@ -77,5 +79,69 @@ func TestRollbackNotifiesOnlyChangedNames(t *testing.T) {
 	mustNil(t, "readdir", err)
 	if len(ents) != files {
 		t.Errorf("d lists %d entries after the rollback, want %d", len(ents), files)
+	}
+}
+
+// TestOpenWaitingForARollbackIsRefused: a rollback drops only the
+// attributes of a file no handle holds (pagesFrom), so an open that
+// passed the check of staleness before the rollback moved the file, and
+// waited for the view meanwhile, must not return a handle of the stale
+// inode, whose pages the kernel still holds: it is refused (ESTALE, and
+// the kernel opens the new inode), and counts no handle.
+func TestOpenWaitingForARollbackIsRefused(t *testing.T) {
+	sb := newSandbox(t, func(base string) { writeFile(t, filepath.Join(base, "f"), "base") })
+	var sent []int
+	mgr := checkpoint.New(sb.store, sentInval{sb.m, &sent})
+	cp, err := mgr.Create(sb.name, checkpoint.Options{})
+	mustNil(t, "checkpoint", err)
+	writeFile(t, sb.path("f"), "EDIT")
+	if got := readFile(t, sb.path("f")); got != "EDIT" {
+		t.Fatalf("f: %q before the rollback", got)
+	}
+	fn := sb.m.root.GetChild("f").Operations().(*node)
+	// The kernel releases a closed file's handle after close returns.
+	for i := 0; fn.handles.Load() != 0; i++ {
+		if i == 1000 {
+			t.Fatalf("f holds %d handles after its reads", fn.handles.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if pagesFrom(&fn.Inode) != -1 {
+		t.Fatal("a file no handle holds keeps its pages' drop")
+	}
+	type opened struct {
+		fh    any
+		errno syscall.Errno
+	}
+	res := make(chan opened, 1)
+	_, err = mgr.RollbackTx(sb.name, cp.ID, func(*layers.Txn, string) error {
+		// The rollback holds the view: the open passes its first check
+		// and waits in the view's Open.
+		go func() {
+			fh, _, errno := fn.open(syscall.O_RDONLY, false)
+			res <- opened{fh, errno}
+		}()
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	mustNil(t, "rollback", err)
+	r := <-res
+	if r.errno != syscall.ESTALE {
+		t.Fatalf("an open that waited for the rollback: handle %v, errno %v; want ESTALE", r.fh, r.errno)
+	}
+	if n := fn.handles.Load(); n != 0 {
+		t.Errorf("the refused open left %d handles counted", n)
+	}
+	if got := readFile(t, sb.path("f")); got != "base" {
+		t.Errorf("f after the rollback: %q, want \"base\"", got)
+	}
+	// A handle the file had when the rollback came keeps the pages' drop.
+	writeFile(t, sb.path("f"), "EDIT")
+	f, err := os.Open(sb.path("f"))
+	mustNil(t, "open", err)
+	defer f.Close()
+	held := sb.m.root.GetChild("f")
+	if pagesFrom(held) != 0 {
+		t.Error("a file a handle holds has only its attributes dropped")
 	}
 }

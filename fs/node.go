@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -22,6 +23,12 @@ type node struct {
 	mu          sync.Mutex
 	ptOpens     int
 	cachedOpens int
+
+	// handles counts the kernel's handles of the inode and the opens
+	// under way. A rollback that finds none may leave the inode's pages
+	// in the kernel (InvalidateTouched): only a handle reaches them once
+	// the inode is stale.
+	handles atomic.Int32
 }
 
 var (
@@ -309,6 +316,7 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	n.m.index.add(a.Ino, ch)
 	cn := ch.Operations().(*node)
 	// The view counted the file as open already; the handle's release ends it.
+	cn.handles.Add(1)
 	h := &handle{n: cn, flags: flags, epoch: n.view().Epoch()}
 	cn.mu.Lock()
 	cn.cachedOpens++
