@@ -173,6 +173,62 @@ func TestCheckpointThroughTheLog(t *testing.T) {
 	}
 }
 
+// TestQuiesceSyncsLeftFilesFirst: a checkpoint with nothing written waits
+// for no data sync, unless an earlier one through the log left a data
+// file to a later sync: its mark says all data is synced, so that file is
+// synced first. And one that finds the left files being synced (by an
+// idle sync, which holds the data syncs' lock) waits for that sync too.
+func TestQuiesceSyncsLeftFilesFirst(t *testing.T) {
+	sc := newLogScene(t)
+	sc.write(t, "f0", "little")
+	freeze(t, sc.e.store, sc.e.name) // carries it: f0's data file is left
+	if lazyFiles(sc.v) != 1 {
+		t.Fatalf("%d data files left by a carrying checkpoint, want 1", lazyFiles(sc.v))
+	}
+	// A full sync that read the count of writes before that checkpoint
+	// and synced the left files before it came leaves the new one there,
+	// with every write counted as synced: nothing written, a file left.
+	sc.v.mu.Lock()
+	sc.v.dataSynced = sc.v.dataGen
+	sc.v.mu.Unlock()
+	sc.v.dsMu.Lock()
+	if sc.v.noLazySync() {
+		t.Error("a sync of the left files under way counts as none to wait for")
+	}
+	sc.v.dsMu.Unlock()
+	if sc.v.noLazySync() {
+		t.Fatal("a data file left to a later sync counts as none")
+	}
+	var datasyncs atomic.Int32
+	restore := sc.e.store.InjectFault(func(op, key string) error {
+		if op == "datasync" {
+			datasyncs.Add(1)
+		}
+		return nil
+	})
+	freeze(t, sc.e.store, sc.e.name) // nothing written since
+	restore()
+	if datasyncs.Load() != 1 || lazyFiles(sc.v) != 0 {
+		t.Fatalf("a checkpoint after one that left a data file: %d data syncs, %d files left; want 1 and 0", datasyncs.Load(), lazyFiles(sc.v))
+	}
+	if !sc.v.noLazySync() {
+		t.Fatal("no file left, yet some to wait for")
+	}
+	datasyncs.Store(0)
+	restore = sc.e.store.InjectFault(func(op, key string) error {
+		if op == "datasync" {
+			datasyncs.Add(1)
+		}
+		return nil
+	})
+	freeze(t, sc.e.store, sc.e.name)
+	restore()
+	if datasyncs.Load() != 0 {
+		t.Fatalf("a checkpoint with nothing to sync made %d data syncs", datasyncs.Load())
+	}
+	sc.checkImage(t, sc.files)
+}
+
 // TestRollbackThroughTheLog: a rollback goes through the log too, and the
 // image of a power cut right after it shows the checkpoint's files, the
 // layers left archived and the new head.

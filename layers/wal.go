@@ -1014,6 +1014,18 @@ func (v *View) syncLazy() error {
 	return err
 }
 
+// noLazySync reports whether no data file waits for syncLazy and none is
+// being synced by it (the lock it holds while it syncs is free).
+func (v *View) noLazySync() bool {
+	if !v.dsMu.TryLock() {
+		return false
+	}
+	defer v.dsMu.Unlock()
+	v.lzMu.Lock()
+	defer v.lzMu.Unlock()
+	return len(v.lazy) == 0
+}
+
 // syncLazyViews syncs the data files that checkpoints and rollbacks of the
 // live views left to a later sync (syncLazy). The passes that drop block
 // records and punch or share slots run after it: a replay of the intent
