@@ -68,10 +68,10 @@
 // server), with one exception: a read the kernel answers from its page
 // cache, which for a file the rollback left as it was holds the same
 // content. A file the rollback touched gets a new kernel inode, and its
-// old one loses its pages if a handle holds it (generation.go): a shared mapping made before the rollback
-// stays on the old one, where a page-in fails (SIGBUS) and nothing it
-// stores reaches the checkpoint's file, and reads of old handles find no
-// page a new open brought in. New opens see the checkpoint; one that
+// old one loses its pages if a handle holds it (generation.go): a shared
+// mapping made before the rollback stays on the old one, where a page-in
+// fails (SIGBUS) and nothing it stores reaches the checkpoint's file, and
+// reads of old handles find no page a new open brought in. New opens see the checkpoint; one that
 // comes through a dentry the kernel kept is answered ESTALE, and the
 // kernel looks the path up again and opens the new inode; metadata changes
 // there are answered so too. A directory removed while held is dead in the

@@ -66,12 +66,11 @@ func (m *Mount) InvalidateTouched(t layers.Touched) int {
 	}
 	sent := 0
 	// A directory among the inodes is dropped whole by their goroutine.
-	dropped := map[*gofs.Inode]bool{}
+	asInode := make(map[uint64]bool, len(t.Inodes))
 	for _, ino := range t.Inodes {
-		for _, n := range m.nodesOf(ino) {
-			dropped[n] = true
-		}
+		asInode[ino] = true
 	}
+	dropped := map[*gofs.Inode]bool{}
 	content := func(n *gofs.Inode) {
 		if !dropped[n] {
 			dropped[n] = true
@@ -86,7 +85,9 @@ func (m *Mount) InvalidateTouched(t layers.Touched) int {
 			unnamed = append(unnamed, dir)
 		}
 		for _, n := range m.nodesOf(dir) {
-			content(n)
+			if !asInode[dir] {
+				content(n)
+			}
 			if !named {
 				for name := range n.Children() {
 					n.NotifyEntry(name)
