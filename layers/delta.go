@@ -316,7 +316,7 @@ func (v *View) pointEntry(dir uint64, name string) (*DirEntry, error) {
 		return nil, nil
 	}
 	var found *entry
-	err = v.s.view(func(txn *badger.Txn) error {
+	err = v.viewIfHeld(dir, name, true, func(txn *badger.Txn) error {
 		for i, l := range v.stack {
 			if i > 0 && v.lacksEntry(txn, l, dir, name) {
 				continue

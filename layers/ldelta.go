@@ -42,6 +42,9 @@ type preImages struct {
 	complete bool
 	inodes   map[uint64]preInode
 	entries  map[entryKey]preEntry
+	// dirs counts the entries noted per directory: with complete, a
+	// directory it lacks has no entry in the active layer.
+	dirs map[uint64]int
 }
 
 type preInode struct {
@@ -60,7 +63,7 @@ type preEntry struct {
 }
 
 func newPreImages(complete bool) *preImages {
-	return &preImages{complete: complete, inodes: map[uint64]preInode{}, entries: map[entryKey]preEntry{}}
+	return &preImages{complete: complete, inodes: map[uint64]preInode{}, entries: map[entryKey]preEntry{}, dirs: map[uint64]int{}}
 }
 
 // inode notes st's record below the active layer (nil for a new inode),
@@ -93,6 +96,7 @@ func (p *preImages) entry(dir uint64, d *dirState, name string) {
 	if _, ok := p.entries[k]; !ok {
 		e, ok := d.entries[name]
 		p.entries[k] = preEntry{e: e, ok: ok}
+		p.dirs[dir]++
 	}
 }
 

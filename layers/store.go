@@ -92,6 +92,10 @@ type Store struct {
 	commits atomic.Uint64
 	synced  atomic.Uint64
 
+	// reads counts the read transactions views began (View.viewIfHeld
+	// is judged by the ones it spares).
+	reads atomic.Uint64
+
 	// spaceOKUntil is when a checkSpace that found the reserve far away
 	// stops being trusted (UnixNano).
 	spaceOKUntil atomic.Int64
@@ -250,6 +254,7 @@ func (s *Store) update(fn func(txn *badger.Txn) error) error {
 
 // view runs fn in one read-only transaction.
 func (s *Store) view(fn func(txn *badger.Txn) error) error {
+	s.reads.Add(1)
 	return mapOSErr(s.db.View(fn))
 }
 

@@ -1889,7 +1889,7 @@ func (v *View) getInode(ino uint64) (*inodeState, error) {
 	}
 	var rec *Inode
 	inActive := false
-	err := v.s.view(func(txn *badger.Txn) error {
+	err := v.viewIfHeld(ino, "", false, func(txn *badger.Txn) error {
 		for i, l := range v.stack {
 			if i > 0 && v.lacks(txn, l, ino, false) {
 				continue
@@ -1965,6 +1965,67 @@ func (v *View) baseRec(origin string) (*Inode, int64, error) {
 	return rec, st.Blocks, nil
 }
 
+// viewIfHeld runs fn in a read transaction unless the view knows without
+// the store that no layer of its stack records inode ino (dir: entries of
+// directory ino; with a name, that entry): the active layer's keys are
+// all noted in v.pre when it was empty as the view started on it, and
+// frozen layers' key sets are kept once read. Most lookups in a sandbox
+// are of untouched base files, and a read transaction costs each of them
+// a round through badger's watermark goroutines.
+func (v *View) viewIfHeld(ino uint64, name string, dir bool, fn func(txn *badger.Txn) error) error {
+	if v.surelyUnrecorded(ino, name, dir) {
+		return nil
+	}
+	return v.s.view(fn)
+}
+
+// surelyUnrecorded tells whether no layer of the stack records the key
+// viewIfHeld describes, by what is in memory only; false when not known.
+func (v *View) surelyUnrecorded(ino uint64, name string, dir bool) bool {
+	p := v.pre
+	if v.ro || p == nil || !p.complete || len(v.stack) == 0 {
+		return false
+	}
+	switch {
+	case !dir:
+		_, ok := p.inodes[ino]
+		if ok {
+			return false
+		}
+	case name != "":
+		if _, ok := p.entries[entryKey{ino, name}]; ok {
+			return false
+		}
+	default:
+		if p.dirs[ino] > 0 {
+			return false
+		}
+	}
+	for _, l := range v.stack[1:] {
+		ks := v.keptKeySet(l)
+		if ks == nil {
+			return false
+		}
+		if name != "" {
+			if ks.holdsEntry(ino, name) {
+				return false
+			}
+		} else if ks.holds(ino, dir) {
+			return false
+		}
+	}
+	return true
+}
+
+// keptKeySet is frozen layer l's key set if it is at hand without the
+// store, else nil.
+func (v *View) keptKeySet(l string) *keySet {
+	if d := v.s.deltas.get(l); d != nil {
+		return d.keySet()
+	}
+	return v.s.keySets.get(l)
+}
+
 // lacks tells whether frozen layer l holds nothing of inode ino (dir: no
 // entries of directory ino), by its delta when the store keeps one, else
 // by its key set, read in txn the first time. In a deep stack most layers
@@ -2011,7 +2072,7 @@ func (v *View) getDir(ino uint64) (*dirState, *inodeState, error) {
 	d := &dirState{entries: map[string]entry{}, below: map[string]bool{}}
 	seenAll := map[string]bool{}
 	seenBelow := map[string]bool{}
-	err = v.s.view(func(txn *badger.Txn) error {
+	err = v.viewIfHeld(ino, "", true, func(txn *badger.Txn) error {
 		for i, l := range v.stack {
 			if i > 0 && v.lacks(txn, l, ino, true) {
 				continue
@@ -2075,7 +2136,7 @@ func (v *View) ensureBlocks(st *inodeState) error {
 	active := map[uint64]*blockRef{}
 	frozen := map[uint64]frozenRef{}
 	cut := int64(math.MaxInt64)
-	err := v.s.view(func(txn *badger.Txn) error {
+	err := v.viewIfHeld(st.ino, "", false, func(txn *badger.Txn) error {
 		for i, l := range v.stack {
 			if i > 0 && v.lacks(txn, l, st.ino, false) {
 				continue
