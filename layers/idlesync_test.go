@@ -392,3 +392,27 @@ func TestIdleDiffAfterARestart(t *testing.T) {
 	}
 	lookup(t, v, RootIno, "b")
 }
+
+// TestSetIdleSync: a longer idle delay holds the idle sync off past the
+// default's 100 ms, and restoring the default brings it back.
+func TestSetIdleSync(t *testing.T) {
+	n := watchIdleSyncs(t)
+	e := newEnv(t, MinBlockSize, nil)
+	v := e.view()
+	defer v.Close()
+	restore := SetIdleSync(time.Hour)
+	mkfile(t, v, RootIno, "f", "data")
+	time.Sleep(4 * idleSync)
+	if got := n.Load(); got != 0 {
+		t.Errorf("%d idle syncs within %v with the delay set to an hour", got, 4*idleSync)
+	}
+	restore()
+	mkfile(t, v, RootIno, "g", "data")
+	deadline := time.Now().Add(5 * time.Second)
+	for n.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n.Load() == 0 {
+		t.Errorf("no idle sync within 5 s once the default was back")
+	}
+}

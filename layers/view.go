@@ -626,7 +626,7 @@ func (v *View) loop() {
 	// idle fires once the sandbox has had no change for idleSync; a burst
 	// of writes or operations pushes it back (each burst kicks the loop
 	// once).
-	idle := time.NewTimer(idleSync)
+	idle := time.NewTimer(idleSyncDelay())
 	idle.Stop()
 	defer idle.Stop()
 	// freeing is armed while slots a removal, truncate or punch freed
@@ -651,7 +651,7 @@ func (v *View) loop() {
 			if v.takeRemoved() && freeing == nil {
 				freeing = time.After(freeDelay)
 			}
-			idle.Reset(idleSync)
+			idle.Reset(idleSyncDelay())
 		case <-idle.C:
 			// The writer paused (an agent between two tool calls): what
 			// it wrote is sealed and made durable now, and what the layer
@@ -697,6 +697,26 @@ const freeDelay = 20 * time.Millisecond
 // after its seal moves to a new slot (a copy of the pages it holds) and
 // each pause costs a data and a log flush, as the 5 s sync does.
 const idleSync = 100 * time.Millisecond
+
+// idleSyncOverride, when not zero, replaces idleSync (SetIdleSync).
+var idleSyncOverride atomic.Int64
+
+func idleSyncDelay() time.Duration {
+	if d := idleSyncOverride.Load(); d != 0 {
+		return time.Duration(d)
+	}
+	return idleSync
+}
+
+// SetIdleSync makes views wait d after the last burst of changes before
+// their idle sync, from their next burst on, and returns what puts the
+// default back. It is for tests that need no seal in a window (a
+// fallocate's reservation lasts until the next seal) and would otherwise
+// depend on how fast the machine is.
+func SetIdleSync(d time.Duration) (restore func()) {
+	idleSyncOverride.Store(int64(d))
+	return func() { idleSyncOverride.Store(0) }
+}
 
 // loopSyncsOff, set by a test, keeps the journal loop from syncing on its
 // own, so that the test knows the last full sync (a power cut's image).
