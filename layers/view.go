@@ -2065,10 +2065,7 @@ func (v *View) lacksEntry(txn dbTxn, l string, dir uint64, name string) bool {
 
 // keySetOf is frozen layer l's key set, or nil when it is too large to keep.
 func (v *View) keySetOf(txn dbTxn, l string) *keySet {
-	if d := v.s.deltas.get(l); d != nil {
-		return d.keySet()
-	}
-	if ks := v.s.keySets.get(l); ks != nil {
+	if ks := v.keptKeySet(l); ks != nil {
 		return ks
 	}
 	ks := readKeySet(txn, l)
