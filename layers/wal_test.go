@@ -513,11 +513,25 @@ func walModelRun(t *testing.T, seed int64, rounds int) {
 	inos := map[string]uint64{}
 	durable := ""
 	dataAt := "" // the data files as a later data sync left them
+	// What the last Sync left durable: the log as it synced it, and what
+	// the files and the stack were then. Appends to the log after it are
+	// not synced, and a power cut may lose them.
+	var syncedLog []byte
+	var syncedModel map[string][]byte
+	var syncedListing, syncedStack []string
+	synced := func() {
+		var err error
+		syncedLog, err = os.ReadFile(e.store.walPath("sb"))
+		ok(t, "read log", err)
+		syncedModel = cloneModel(model)
+		syncedListing, syncedStack = treeOf(t, v), layerIDsOf(t, e.store)
+	}
 	snapshot := func() {
 		ok(t, "full sync", v.sync(false))
 		durable = filepath.Join(t.TempDir(), "durable")
 		copyDir(t, filepath.Join(e.dir, "store"), durable)
 		dataAt = ""
+		synced()
 	}
 	// A checkpoint or rollback through the log that synced the data file
 	// (it had too much to carry) makes the data files durable as they are.
@@ -585,6 +599,22 @@ func walModelRun(t *testing.T, seed int64, rounds int) {
 				delete(inos, name)
 			}
 		}
+		if rng.Intn(3) == 0 {
+			// A power cut before this round's Sync, after some of the
+			// pages written since the last one reached the data files
+			// (the kernel writes them back when it likes): the image
+			// must read as the last Sync left it.
+			img := filepath.Join(t.TempDir(), "store")
+			copyDir(t, durable, img)
+			ok(t, "mkdir wal", os.MkdirAll(filepath.Join(img, "wal"), 0o700))
+			ok(t, "write log", os.WriteFile(filepath.Join(img, "wal", "sb"), syncedLog, 0o600))
+			older := dataAt
+			if older == "" {
+				older = filepath.Join(durable, "data")
+			}
+			mixData(t, rng, filepath.Join(img, "data"), older, filepath.Join(e.dir, "store", "data"))
+			checkImage(t, fmt.Sprintf("round %d, unsynced writes", round), img, syncedStack, syncedListing, syncedModel)
+		}
 		switch k := rng.Intn(20); {
 		case k == 0:
 			snapshot()
@@ -624,6 +654,7 @@ func walModelRun(t *testing.T, seed int64, rounds int) {
 			copyDir(t, filepath.Join(e.dir, "store"), durable)
 			dataAt = ""
 		}
+		synced()
 		if rng.Intn(6) != 0 {
 			continue
 		}
@@ -641,27 +672,65 @@ func walModelRun(t *testing.T, seed int64, rounds int) {
 			}
 			t.Logf("round %d: log %d records %d..%d, live mark %d/%d walSeq %d", round, len(recs), first, last, c, sy, v.walSeq.Load())
 		}
-		s2, err := Open(img)
-		ok(t, "open image", err)
-		if got := layerIDsOf(t, s2); !slices.Equal(got, stack) {
-			t.Fatalf("round %d: the image's stack is %v, want %v", round, got, stack)
-		}
-		v2, err := s2.OpenView("sb", false)
-		ok(t, "view of the image", err)
-		want := map[string]string{}
-		for n, c := range model {
-			want[n] = string(c)
-		}
-		sameFiles(t, fmt.Sprintf("round %d", round), fileTree(t, v2), want)
-		if got := treeOf(t, v2); !slices.Equal(got, listing) {
-			t.Fatalf("round %d: the image lists\n%s\nwant\n%s", round, strings.Join(got, "\n"), strings.Join(listing, "\n"))
-		}
-		ok(t, "close view", v2.Close())
-		fsckClean(t, s2)
-		ok(t, "close image", s2.Close())
+		checkImage(t, fmt.Sprintf("round %d", round), img, stack, listing, model)
 	}
 	if len(states) > 0 && v.loggedQuiesces.Load() == 0 {
 		t.Fatal("no checkpoint or rollback went through the intent log")
+	}
+}
+
+// checkImage opens the store image img of sandbox sb and checks it
+// against what the view held when the image's state was durable: its
+// stack, its listing and its files; fsck must find nothing.
+func checkImage(t *testing.T, what, img string, stack, listing []string, model map[string][]byte) {
+	t.Helper()
+	s2, err := Open(img)
+	ok(t, "open image", err)
+	if got := layerIDsOf(t, s2); !slices.Equal(got, stack) {
+		t.Fatalf("%s: the image's stack is %v, want %v", what, got, stack)
+	}
+	v2, err := s2.OpenView("sb", false)
+	ok(t, "view of the image", err)
+	want := map[string]string{}
+	for n, c := range model {
+		want[n] = string(c)
+	}
+	sameFiles(t, what, fileTree(t, v2), want)
+	if got := treeOf(t, v2); !slices.Equal(got, listing) {
+		t.Fatalf("%s: the image lists\n%s\nwant\n%s", what, strings.Join(got, "\n"), strings.Join(listing, "\n"))
+	}
+	ok(t, "close view", v2.Close())
+	fsckClean(t, s2)
+	ok(t, "close image", s2.Close())
+}
+
+// mixData writes into dir the data files a power cut may leave: each
+// page of each file as the older copy holds it (the data files at their
+// last sync) or as the newer one does (as they are now), at random. A
+// file's size is the newer one's: the model's writes never shrink one.
+func mixData(t *testing.T, rng *rand.Rand, dir, older, newer string) {
+	t.Helper()
+	ok(t, "rm data", os.RemoveAll(dir))
+	copyDir(t, older, dir)
+	ents, err := os.ReadDir(newer)
+	ok(t, "read data dir", err)
+	for _, ent := range ents {
+		cur, err := os.ReadFile(filepath.Join(newer, ent.Name()))
+		ok(t, "read data", err)
+		old, err := os.ReadFile(filepath.Join(dir, ent.Name()))
+		if err != nil && !os.IsNotExist(err) {
+			ok(t, "read old data", err)
+		}
+		out := make([]byte, len(cur))
+		for at := 0; at < len(cur); at += pageSize {
+			end := min(at+pageSize, len(cur))
+			if rng.Intn(2) == 0 {
+				copy(out[at:end], cur[at:end])
+			} else if at < len(old) {
+				copy(out[at:end], old[at:min(end, len(old))])
+			}
+		}
+		ok(t, "write mixed data", os.WriteFile(filepath.Join(dir, ent.Name()), out, 0o600))
 	}
 }
 
