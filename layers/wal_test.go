@@ -658,8 +658,6 @@ func walModelRun(t *testing.T, seed int64, rounds int) {
 		if rng.Intn(6) != 0 {
 			continue
 		}
-		listing := treeOf(t, v)
-		stack := layerIDsOf(t, e.store)
 		img, log := powerCutImage(t, e, durable, nil)
 		withDataFrom(t, img, dataAt)
 		if testing.Verbose() {
@@ -672,7 +670,7 @@ func walModelRun(t *testing.T, seed int64, rounds int) {
 			}
 			t.Logf("round %d: log %d records %d..%d, live mark %d/%d walSeq %d", round, len(recs), first, last, c, sy, v.walSeq.Load())
 		}
-		checkImage(t, fmt.Sprintf("round %d", round), img, stack, listing, model)
+		checkImage(t, fmt.Sprintf("round %d", round), img, syncedStack, syncedListing, syncedModel)
 	}
 	if len(states) > 0 && v.loggedQuiesces.Load() == 0 {
 		t.Fatal("no checkpoint or rollback went through the intent log")
