@@ -157,6 +157,10 @@ func (b *batch) removeEntry(dirIno uint64, d *dirState, name string) {
 func (v *View) Lookup(dir uint64, name string) (Attr, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if f := v.fetchForLookupLocked(dir, name); f != nil {
+		v.fetchUnlocked(f)
+		defer func() { v.fetched = nil }()
+	}
 	st, err := v.lookupLocked(dir, name)
 	if err != nil {
 		return Attr{}, err
@@ -194,7 +198,11 @@ func (v *View) GetAttr(ino uint64) (Attr, error) {
 // ReadDir lists directory dir, sorted by name.
 func (v *View) ReadDir(dir uint64) ([]DirEntry, error) {
 	v.mu.Lock()
+	if f := v.fetchForListLocked(dir); f != nil {
+		v.fetchUnlocked(f)
+	}
 	d, _, err := v.getDir(dir)
+	v.fetched = nil
 	if err != nil {
 		v.mu.Unlock()
 		return nil, err

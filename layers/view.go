@@ -172,13 +172,19 @@ type View struct {
 	// its checksums are computed. Lock order: ioMu, then mu, then jmu.
 	ioMu sync.RWMutex
 
+	// baseIO is held shared by base I/O made without mu
+	// (fetchUnlocked), exclusively by Close to close the base.
+	baseIO sync.RWMutex
+
 	// mu protects every field below it.
 	mu    sync.Mutex
 	stack []string      // layer ids, active first
 	epoch atomic.Uint64 // changed under mu; read without it (every handle I/O)
 	// onRepoint is told, under mu, what each repoint touched (OnRepoint).
 	onRepoint func(*Touched)
-	inodes    map[uint64]*inodeState
+	// fetched is base I/O the operation holding mu made without it.
+	fetched *baseFetch
+	inodes  map[uint64]*inodeState
 	// zombies are inodes with no name left and no open file, that the
 	// kernel may still hold (an open directory, a cwd): they answer
 	// getattr with no links until the kernel forgets them, and are never
@@ -574,7 +580,9 @@ func (v *View) Close() error {
 		v.closeBaseLocked(st)
 	}
 	v.mu.Unlock()
+	v.baseIO.Lock()
 	v.base.close()
+	v.baseIO.Unlock()
 	v.s.mu.Lock()
 	if v.snapshot {
 		delete(v.s.snaps, v)
@@ -1966,7 +1974,15 @@ func (v *View) getInode(ino uint64) (*inodeState, error) {
 // baseRec builds the record of an untouched base file, and tells the
 // blocks it occupies (st_blocks).
 func (v *View) baseRec(origin string) (*Inode, int64, error) {
-	st, btime, err := v.base.lstatx(origin)
+	var st unix.Stat_t
+	var btime int64
+	var err error
+	f, fetched := v.fetchedStat(origin)
+	if fetched {
+		st, btime, err = f.st, f.btime, f.statErr
+	} else {
+		st, btime, err = v.base.lstatx(origin)
+	}
 	if err != nil {
 		return nil, 0, mapOSErr(err)
 	}
@@ -1977,7 +1993,11 @@ func (v *View) baseRec(origin string) (*Inode, int64, error) {
 		Origin: origin, HasOrigin: true, Floor: -1,
 	}
 	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
-		rec.Target, err = v.base.readlink(origin)
+		if fetched {
+			rec.Target, err = f.target, f.targetErr
+		} else {
+			rec.Target, err = v.base.readlink(origin)
+		}
 		if err != nil {
 			return nil, 0, err
 		}
@@ -2124,7 +2144,10 @@ func (v *View) getDir(ino uint64) (*dirState, *inodeState, error) {
 		return nil, nil, err
 	}
 	if st.rec.HasOrigin {
-		list, err := v.base.readDir(st.rec.Origin)
+		list, err, ok := v.fetchedList(st.rec.Origin)
+		if !ok {
+			list, err = v.base.readDir(st.rec.Origin)
+		}
 		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
 			return nil, nil, err
 		}

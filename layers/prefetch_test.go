@@ -1,0 +1,190 @@
+package layers
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// prefetchBase is a base with a directory of files, a symlink and a
+// subdirectory.
+func prefetchBase(base string) {
+	for _, n := range []string{"a", "b", "c"} {
+		if err := os.WriteFile(filepath.Join(base, n), []byte("file "+n), 0o640); err != nil {
+			panic(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(base, "sub"), 0o750); err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, "sub", "deep"), []byte("deep"), 0o600); err != nil {
+		panic(err)
+	}
+	if err := os.Symlink("a", filepath.Join(base, "link")); err != nil {
+		panic(err)
+	}
+}
+
+// withFetchGap runs hook in every base fetch's gap for the rest of the
+// test.
+func withFetchGap(t *testing.T, hook func(v *View)) {
+	t.Helper()
+	fetchGapHook = hook
+	t.Cleanup(func() { fetchGapHook = nil })
+}
+
+// TestLookupReadsTheBaseWithoutTheLock: a lookup that must list a base
+// directory or stat a base file lets go of the view while it does, so
+// another request is served meanwhile (here: one that would deadlock if
+// the lock were held), and answers what the base holds.
+func TestLookupReadsTheBaseWithoutTheLock(t *testing.T) {
+	cases := []struct {
+		name   string
+		before func(t *testing.T, v *View) // what the view loaded already
+		dir    func(t *testing.T, v *View) uint64
+		look   string
+		path   string // base-relative
+		target string
+	}{
+		{"a directory not listed yet", nil, func(*testing.T, *View) uint64 { return RootIno }, "a", "a", ""},
+		{"a file of a listed directory", func(t *testing.T, v *View) { names(t, v, RootIno) },
+			func(*testing.T, *View) uint64 { return RootIno }, "b", "b", ""},
+		{"a symlink", nil, func(*testing.T, *View) uint64 { return RootIno }, "link", "link", "a"},
+		{"a subdirectory's file", nil, func(t *testing.T, v *View) uint64 {
+			return lookup(t, v, RootIno, "sub").Ino
+		}, "deep", "sub/deep", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, 4096, prefetchBase)
+			v := e.view()
+			defer v.Close()
+			if c.before != nil {
+				c.before(t, v)
+			}
+			dir := c.dir(t, v)
+			gaps := 0
+			withFetchGap(t, func(v *View) {
+				gaps++
+				done := make(chan error, 1)
+				go func() {
+					_, err := v.GetAttr(RootIno)
+					done <- err
+				}()
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Errorf("getattr during the fetch: %v", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("a getattr waited for the lookup's base I/O")
+				}
+			})
+			a := lookup(t, v, dir, c.look)
+			if gaps == 0 {
+				t.Fatal("the lookup read the base under the view's lock")
+			}
+			var bst syscall.Stat_t
+			ok(t, "lstat", syscall.Lstat(filepath.Join(e.base, c.path), &bst))
+			if a.Ino != bst.Ino || a.Mode != bst.Mode || a.Size != bst.Size || a.Mtime != bst.Mtim.Nano() || a.Nlink != uint32(bst.Nlink) {
+				t.Fatalf("lookup %s: %+v, base has ino %d mode %o size %d mtime %d", c.look, a, bst.Ino, bst.Mode, bst.Size, bst.Mtim.Nano())
+			}
+			if c.target != "" {
+				got, err := v.Readlink(a.Ino)
+				ok(t, "readlink", err)
+				if got != c.target {
+					t.Fatalf("readlink: %q, want %q", got, c.target)
+				}
+			}
+			// Loaded now: no more base I/O for it.
+			gaps = 0
+			lookup(t, v, dir, c.look)
+			if gaps != 0 {
+				t.Fatalf("a second lookup of %s read the base again", c.look)
+			}
+		})
+	}
+}
+
+// TestLookupFetchLosesToNewerState: what a request changes while a lookup
+// reads the base is what the lookup answers, not the base's older view.
+func TestLookupFetchLosesToNewerState(t *testing.T) {
+	e := newEnv(t, 4096, prefetchBase)
+	v := e.view()
+	defer v.Close()
+	var ino uint64
+	for _, d := range mustReadDir(t, v, RootIno) {
+		if d.Name == "a" {
+			ino = d.Ino
+		}
+	}
+	mode := uint32(0o600)
+	withFetchGap(t, func(v *View) {
+		if _, err := v.SetAttr(ino, SetAttrIn{Mode: &mode}); err != nil {
+			t.Errorf("chmod during the fetch: %v", err)
+		}
+	})
+	a := lookup(t, v, RootIno, "a")
+	if a.Mode&0o7777 != mode {
+		t.Fatalf("lookup after a chmod made during its fetch: mode %o, want %o", a.Mode&0o7777, mode)
+	}
+	fetchGapHook = nil
+	if got := lookup(t, v, RootIno, "a").Mode & 0o7777; got != mode {
+		t.Fatalf("mode %o, want %o", got, mode)
+	}
+}
+
+// TestBaseFetchAfterTheFileWent: a base file removed from the host before
+// the lookup's fetch reads it is not found (as when the lock is held), and
+// a listing fetched of a directory gone is empty.
+func TestBaseFetchAfterTheFileWent(t *testing.T) {
+	e := newEnv(t, 4096, prefetchBase)
+	v := e.view()
+	defer v.Close()
+	names(t, v, RootIno)
+	withFetchGap(t, func(*View) { os.Remove(filepath.Join(e.base, "c")) })
+	if _, err := v.Lookup(RootIno, "c"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("lookup of a base file removed meanwhile: %v, want not found", err)
+	}
+	sub := lookup(t, v, RootIno, "sub").Ino
+	withFetchGap(t, func(*View) { os.RemoveAll(filepath.Join(e.base, "sub")) })
+	if got := names(t, v, sub); len(got) != 0 {
+		t.Fatalf("listing of a base directory removed meanwhile: %v", got)
+	}
+}
+
+// TestCloseWaitsForABaseFetch: Close does not close the base's descriptor
+// under a fetch reading through it (the number could be reused), and the
+// lookup then finds the view closed.
+func TestCloseWaitsForABaseFetch(t *testing.T) {
+	e := newEnv(t, 4096, prefetchBase)
+	v := e.view()
+	closed := make(chan error, 1)
+	withFetchGap(t, func(v *View) {
+		go func() { closed <- v.Close() }()
+		select {
+		case err := <-closed:
+			t.Errorf("Close returned (%v) while a fetch read the base", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	})
+	if _, err := v.Lookup(RootIno, "a"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("lookup across a Close: %v, want ErrClosed", err)
+	}
+	select {
+	case err := <-closed:
+		ok(t, "close", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return after the fetch")
+	}
+}
+
+func mustReadDir(t *testing.T, v *View, dir uint64) []DirEntry {
+	t.Helper()
+	ents, err := v.ReadDir(dir)
+	ok(t, "readdir", err)
+	return ents
+}
