@@ -62,9 +62,6 @@ func (v *View) fetchForLookupLocked(dir uint64, name string) *baseFetch {
 		if _, ok := v.inodes[e.Ino]; ok {
 			return nil
 		}
-		if _, ok := v.zombies[e.Ino]; ok {
-			return nil
-		}
 		origin, ok := v.origins[e.Ino]
 		if !ok {
 			return nil

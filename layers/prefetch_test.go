@@ -180,6 +180,14 @@ func TestCloseWaitsForABaseFetch(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return after the fetch")
 	}
+	// A closed view reads no base at all.
+	fetchGapHook = func(*View) { t.Error("a closed view read the base") }
+	if _, err := v.Lookup(RootIno, "b"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("lookup in a closed view: %v, want ErrClosed", err)
+	}
+	if _, err := v.ReadDir(RootIno); !errors.Is(err, ErrClosed) {
+		t.Fatalf("listing in a closed view: %v, want ErrClosed", err)
+	}
 }
 
 func mustReadDir(t *testing.T, v *View, dir uint64) []DirEntry {
