@@ -5,9 +5,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -33,6 +36,7 @@ type sizes struct {
 	GoPkgs        int // go-build: packages
 	GoFiles       int // go-build: files per package
 	FsyncOps      int // fsync-loop: write+fsync rounds
+	RepoFiles     int // tree-walk: files in the base's git repository
 }
 
 func scaledSizes(scale float64) sizes {
@@ -54,6 +58,7 @@ func scaledSizes(scale float64) sizes {
 		GoPkgs:        countAt(200, 4),
 		GoFiles:       3,
 		FsyncOps:      countAt(2000, 100),
+		RepoFiles:     countAt(15000, 100),
 	}
 }
 
@@ -248,6 +253,71 @@ func tarFixture(n int) fixture {
 			return err
 		}
 		return f.Close()
+	}}
+}
+
+// repoFixture holds repo/: a git repository of n committed source files
+// (as tarFixture's, across directories of 50 under src/), every file and
+// directory dated 2024 so that no index entry is racily clean. The
+// repository checks sizes and whole-second mtimes only
+// (core.checkStat=minimal, core.trustctime=false): a copy of the base
+// (the native target) has other inode numbers and ctimes, and would
+// otherwise rehash every file at its first status, which no overlay does.
+func repoFixture(n int) fixture {
+	return fixture{name: fmt.Sprintf("repo-%d", n), build: func(dir string) error {
+		git, err := exec.LookPath("git")
+		if err != nil {
+			return errors.New("no git command found")
+		}
+		repo := filepath.Join(dir, "repo")
+		mtime := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+		r := rand.New(rand.NewPCG(7, 13))
+		var content bytes.Buffer
+		dirs := map[string]bool{}
+		for i := 0; i < n; i++ {
+			d := filepath.Join(repo, fmt.Sprintf("src/d%02d/s%02d", i/500, i/50%10))
+			if !dirs[d] {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					return err
+				}
+				dirs[d] = true
+			}
+			size := 256 + r.IntN(8*kib)
+			content.Reset()
+			for line := 0; content.Len() < size; line++ {
+				fmt.Fprintf(&content, "func f%d_%d(x int) int { return x*%d + %d } // %x\n", i, line, r.IntN(1000), line, r.Uint64())
+			}
+			p := filepath.Join(d, fmt.Sprintf("f%05d.go", i))
+			if err := os.WriteFile(p, content.Bytes(), 0o644); err != nil {
+				return err
+			}
+			if err := os.Chtimes(p, mtime, mtime); err != nil {
+				return err
+			}
+		}
+		if err := filepath.WalkDir(filepath.Join(repo, "src"), func(p string, de fs.DirEntry, err error) error {
+			if err == nil && de.IsDir() {
+				err = os.Chtimes(p, mtime, mtime)
+			}
+			return err
+		}); err != nil {
+			return err
+		}
+		for _, args := range [][]string{
+			{"init", "-q"},
+			{"config", "core.checkStat", "minimal"},
+			{"config", "core.trustctime", "false"},
+			{"config", "gc.auto", "0"},
+			{"add", "-A"},
+			{"-c", "user.name=strata-bench", "-c", "user.email=bench@strata.invalid", "commit", "-q", "--no-gpg-sign", "-m", "fixture"},
+		} {
+			cmd := exec.Command(git, args...)
+			cmd.Dir = repo
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("git %s: %v: %s", args[0], err, out)
+			}
+		}
+		return nil
 	}}
 }
 

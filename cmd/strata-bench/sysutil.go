@@ -213,7 +213,8 @@ func duBytes(dir string) int64 {
 }
 
 // copyTree copies the directories, regular files and symlinks below src to
-// dst, keeping permission bits.
+// dst, keeping permission bits and the files' modification times (as cp -a:
+// git tells a changed file by its mtime).
 func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -238,7 +239,10 @@ func copyTree(src, dst string) error {
 			}
 			return os.Symlink(target, to)
 		case d.Type().IsRegular():
-			return copyFile(path, to, info.Mode().Perm())
+			if err := copyFile(path, to, info.Mode().Perm()); err != nil {
+				return err
+			}
+			return os.Chtimes(to, info.ModTime(), info.ModTime())
 		}
 		return fmt.Errorf("copy %s: unsupported file type %v", path, d.Type())
 	})

@@ -112,6 +112,16 @@ var workloads = []*workload{
 		run:     runFsyncLoop,
 	},
 	{
+		name:   "tree-walk",
+		phases: []string{"git-status cold", "git-status warm", "find cold"},
+		about: func(s sizes) string {
+			return fmt.Sprintf("in a base git repository of %d files: git status after dropping caches (the target's first walk), "+
+				"git status again, find -type f after dropping caches", s.RepoFiles)
+		},
+		fixture: func(s sizes) fixture { return repoFixture(s.RepoFiles) },
+		run:     runTreeWalk,
+	},
+	{
 		name: "small-write-1g-base",
 		about: func(s sizes) string {
 			return fmt.Sprintf("open a %s base file O_WRONLY, write 4 KiB in its middle, fsync", fmtBytes(s.BigFile))
@@ -524,4 +534,58 @@ func runFsyncLoop(_ context.Context, e *env) ([]sample, error) {
 		return nil, errors.New("read back: the file differs from what was written")
 	}
 	return []sample{{dur: d, amount: float64(e.sz.FsyncOps), unit: "fsyncs/s"}}, nil
+}
+
+// runTreeWalk: what an agent's first look at a workspace costs, and the
+// walks it repeats. git status stats every tracked file (from several
+// threads) and lists every directory; it must find the tree clean. It
+// takes no optional locks, so it writes nothing on any target.
+func runTreeWalk(ctx context.Context, e *env) ([]sample, error) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		return nil, errors.New("no git command found")
+	}
+	repo := filepath.Join(e.root, "repo")
+	status := func() (time.Duration, error) {
+		cmd := exec.CommandContext(ctx, git, "status", "--porcelain")
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_OPTIONAL_LOCKS=0")
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		d := time.Since(start)
+		if err != nil {
+			return 0, fmt.Errorf("git status: %v: %s", err, lastLines(string(out), 3))
+		}
+		if len(out) != 0 {
+			return 0, fmt.Errorf("git status: the tree is not clean: %s", lastLines(string(out), 3))
+		}
+		return d, nil
+	}
+	n := float64(e.sz.RepoFiles)
+	e.dropCaches()
+	cold, err := status()
+	if err != nil {
+		return nil, err
+	}
+	warm, err := status()
+	if err != nil {
+		return nil, err
+	}
+	e.dropCaches()
+	cmd := exec.CommandContext(ctx, "find", "src", "-type", "f")
+	cmd.Dir = repo
+	start := time.Now()
+	out, err := cmd.Output()
+	find := time.Since(start)
+	if err != nil {
+		return nil, fmt.Errorf("find: %v", err)
+	}
+	if got := bytes.Count(out, []byte("\n")); got != e.sz.RepoFiles {
+		return nil, fmt.Errorf("find found %d files, want %d", got, e.sz.RepoFiles)
+	}
+	return []sample{
+		{phase: "git-status cold", dur: cold, amount: n, unit: "files/s"},
+		{phase: "git-status warm", dur: warm, amount: n, unit: "files/s"},
+		{phase: "find cold", dur: find, amount: n, unit: "files/s"},
+	}, nil
 }
