@@ -2,8 +2,12 @@ package layers
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -195,4 +199,176 @@ func mustReadDir(t *testing.T, v *View, dir uint64) []DirEntry {
 	ents, err := v.ReadDir(dir)
 	ok(t, "readdir", err)
 	return ents
+}
+
+// TestBaseFetchesRaceChanges: lookups, listings and getattrs of a fresh
+// view (every one of them reads the base) run while other goroutines
+// chmod, rename, unlink, write and create in the same directories. Every
+// answer must be one the changes could have made, and the tree after
+// them, and after a restart, what they made.
+func TestBaseFetchesRaceChanges(t *testing.T) {
+	const dirs, files = 8, 40
+	orig := func(i int) int { return i%100 + 1 }
+	for round := 0; round < 3; round++ {
+		t.Run(itoa(round), func(t *testing.T) {
+			baseIno := map[string]uint64{}
+			e := newEnv(t, 4096, func(base string) {
+				for d := 0; d < dirs; d++ {
+					for i := 0; i < files; i++ {
+						p := filepath.Join(base, "d"+itoa(d), "f"+itoa(i))
+						put(t, p, strings.Repeat("x", orig(i)))
+					}
+				}
+			})
+			for d := 0; d < dirs; d++ {
+				for i := 0; i < files; i++ {
+					var st syscall.Stat_t
+					ok(t, "lstat", syscall.Lstat(filepath.Join(e.base, "d"+itoa(d), "f"+itoa(i)), &st))
+					baseIno["d"+itoa(d)+"/f"+itoa(i)] = st.Ino
+				}
+			}
+			v := e.view()
+			var dirIno [dirs]uint64
+			for d := range dirIno {
+				dirIno[d] = lookup(t, v, RootIno, "d"+itoa(d)).Ino
+			}
+			// What file i of a directory goes through: 0 chmod 0600, 1
+			// renamed to g<i>, 2 unlinked, 3 "yyyyyyy" written at 0, 4
+			// nothing; and n<i> is created.
+			mode600 := uint32(0o600)
+			mutate := func(d int) error {
+				for i := 0; i < files; i++ {
+					dir := dirIno[d]
+					var err error
+					switch i % 5 {
+					case 0:
+						var a Attr
+						if a, err = v.Lookup(dir, "f"+itoa(i)); err == nil {
+							_, err = v.SetAttr(a.Ino, SetAttrIn{Mode: &mode600})
+						}
+					case 1:
+						err = v.Rename(dir, "f"+itoa(i), dir, "g"+itoa(i), 0)
+					case 2:
+						err = v.Unlink(dir, "f"+itoa(i))
+					case 3:
+						var a Attr
+						if a, err = v.Lookup(dir, "f"+itoa(i)); err == nil {
+							_, err = v.WriteAt(a.Ino, []byte("yyyyyyy"), 0, false)
+						}
+					}
+					if err == nil {
+						_, err = v.Mknod(dir, "n"+itoa(i), 0o644, 0, root)
+					}
+					if err != nil {
+						return fmt.Errorf("d%d file %d: %w", d, i, err)
+					}
+				}
+				return nil
+			}
+			// check tells whether a lookup's answer is one the changes allow.
+			check := func(d, i int, name string, a Attr, err error) error {
+				if errors.Is(err, ErrNotFound) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if name[0] == 'n' {
+					if a.Size != 0 || a.Mode&0o777 != 0o644 {
+						return fmt.Errorf("d%d/%s: %+v", d, name, a)
+					}
+					return nil
+				}
+				if want := baseIno["d"+itoa(d)+"/f"+itoa(i)]; a.Ino != want {
+					return fmt.Errorf("d%d/%s: inode %d, want %d", d, name, a.Ino, want)
+				}
+				size := int64(orig(i))
+				if i%5 == 3 && a.Size != size && a.Size != max(size, 7) {
+					return fmt.Errorf("d%d/%s: size %d", d, name, a.Size)
+				}
+				if i%5 != 3 && a.Size != size {
+					return fmt.Errorf("d%d/%s: size %d, want %d", d, name, a.Size, size)
+				}
+				if m := a.Mode & 0o777; m != 0o644 && (m != 0o600 || i%5 != 0) {
+					return fmt.Errorf("d%d/%s: mode %o", d, name, m)
+				}
+				return nil
+			}
+			errs := make(chan error, 8)
+			for g := 0; g < 4; g++ {
+				go func() { errs <- errors.Join(mutate(2*g), mutate(2*g+1)) }()
+				go func() {
+					for k := 0; k < 3*dirs*files; k++ {
+						d, i := (k*7+g*3)%dirs, (k*11+g)%files
+						name := []string{"f", "g", "n"}[k%3] + itoa(i)
+						if k%17 == 0 {
+							if _, err := v.ReadDir(dirIno[d]); err != nil {
+								errs <- err
+								return
+							}
+						}
+						a, err := v.Lookup(dirIno[d], name)
+						if err := check(d, i, name, a, err); err != nil {
+							errs <- fmt.Errorf("lookup: %w", err)
+							return
+						}
+						if err == nil {
+							a, err = v.GetAttr(a.Ino)
+							if err := check(d, i, name, a, err); err != nil {
+								errs <- fmt.Errorf("getattr: %w", err)
+								return
+							}
+						}
+					}
+					errs <- nil
+				}()
+			}
+			for k := 0; k < 8; k++ {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			final := func(v *View) {
+				t.Helper()
+				for d := 0; d < dirs; d++ {
+					var want []string
+					for i := 0; i < files; i++ {
+						switch i % 5 {
+						case 1:
+							want = append(want, "g"+itoa(i))
+						case 2:
+						default:
+							want = append(want, "f"+itoa(i))
+						}
+						want = append(want, "n"+itoa(i))
+					}
+					slices.Sort(want)
+					if got := names(t, v, dirIno[d]); !sameStrings(got, want) {
+						t.Fatalf("d%d: %v, want %v", d, got, want)
+					}
+					for _, name := range want {
+						i, _ := strconv.Atoi(name[1:])
+						a, err := v.Lookup(dirIno[d], name)
+						ok(t, "lookup", err)
+						wantMode, wantSize := uint32(0o644), int64(orig(i))
+						switch {
+						case name[0] == 'n':
+							wantSize = 0
+						case i%5 == 0:
+							wantMode = 0o600
+						case i%5 == 3:
+							wantSize = max(wantSize, 7)
+						}
+						if a.Mode&0o777 != wantMode || a.Size != wantSize {
+							t.Fatalf("d%d/%s: mode %o size %d, want %o and %d", d, name, a.Mode&0o777, a.Size, wantMode, wantSize)
+						}
+					}
+				}
+			}
+			final(v)
+			v = e.reopen(v)
+			defer v.Close()
+			final(v)
+		})
+	}
 }
