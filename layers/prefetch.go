@@ -99,7 +99,7 @@ func (v *View) fetchUnlocked(f *baseFetch) {
 		f.list, f.listErr = v.base.readDir(f.listOf)
 		for _, be := range f.list {
 			if be.name == f.name {
-				v.fetchStat(f, childOrigin(f.listOf, be.name))
+				v.fetchStat(f, path.Join(f.listOf, be.name))
 				break
 			}
 		}
@@ -144,6 +144,3 @@ func (v *View) fetchedStat(origin string) (*baseFetch, bool) {
 	}
 	return f, true
 }
-
-// childOrigin is the base path of name in the base directory origin.
-func childOrigin(origin, name string) string { return path.Join(origin, name) }
