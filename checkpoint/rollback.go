@@ -99,11 +99,8 @@ func (m *Manager) repoint(sandbox, parent, toCheckpoint, restoring string) (Roll
 func (m *Manager) repointTx(sandbox, parent, toCheckpoint, restoring string, extra func(tx *layers.Txn, archive string) error) (RollbackResult, error) {
 	start := time.Now()
 	ar := Archive{ID: layers.NewID(), Sandbox: sandbox, Created: start.UTC(), ToCheckpoint: toCheckpoint}
-	// As in CreateTx: a live view is a sandbox that exists.
-	if m.store.LiveView(sandbox) == nil {
-		if _, err := m.store.Sandbox(sandbox); err != nil {
-			return RollbackResult{}, err
-		}
+	if err := m.sandboxExists(sandbox); err != nil {
+		return RollbackResult{}, err
 	}
 	// A mounted sandbox tells what changed from its layers' deltas as it
 	// moves (ch); otherwise the two states are compared afterwards.

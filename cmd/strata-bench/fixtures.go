@@ -232,10 +232,7 @@ func tarFixture(n int) fixture {
 			if i%50 == 49 {
 				size = 64 * kib
 			}
-			content.Reset()
-			for line := 0; content.Len() < size; line++ {
-				fmt.Fprintf(&content, "func f%d_%d(x int) int { return x*%d + %d } // %x\n", i, line, r.IntN(1000), line, r.Uint64())
-			}
+			genSource(&content, i, size, r)
 			if err := tw.WriteHeader(&tar.Header{
 				Typeflag: tar.TypeReg, Name: fmt.Sprintf("%s/f%04d.go", d, i),
 				Mode: 0o644, Size: int64(content.Len()), ModTime: mtime,
@@ -283,10 +280,7 @@ func repoFixture(n int) fixture {
 				dirs[d] = true
 			}
 			size := 256 + r.IntN(8*kib)
-			content.Reset()
-			for line := 0; content.Len() < size; line++ {
-				fmt.Fprintf(&content, "func f%d_%d(x int) int { return x*%d + %d } // %x\n", i, line, r.IntN(1000), line, r.Uint64())
-			}
+			genSource(&content, i, size, r)
 			p := filepath.Join(d, fmt.Sprintf("f%05d.go", i))
 			if err := os.WriteFile(p, content.Bytes(), 0o644); err != nil {
 				return err
@@ -319,6 +313,15 @@ func repoFixture(n int) fixture {
 		}
 		return nil
 	}}
+}
+
+// genSource fills b with generated Go-like lines of file i, at least size
+// bytes: the source files of the tar and repository fixtures.
+func genSource(b *bytes.Buffer, i, size int, r *rand.Rand) {
+	b.Reset()
+	for line := 0; b.Len() < size; line++ {
+		fmt.Fprintf(b, "func f%d_%d(x int) int { return x*%d + %d } // %x\n", i, line, r.IntN(1000), line, r.Uint64())
+	}
 }
 
 // tarDirs lists the directories of to (outermost first) not shared with from.
