@@ -368,6 +368,10 @@ type blockRef struct {
 	open  bool
 	dirty []bool
 	zero  []bool
+	// rewritten, set on a sealed slot reopened for a write in place
+	// (rewrite.go), marks its pages written since: a seal through the
+	// intent log records only those. Not stored.
+	rewritten []bool
 	// alloc: a fallocate allocated the block's slot whole on disk, so the
 	// block counts in st_blocks whole, as an allocated extent counts on a
 	// local file system, zeros or not. Stored (a flag byte after the

@@ -312,8 +312,9 @@ func (v *View) readAt(ino uint64, p []byte, off int64) (int, error) {
 		}
 		v.mu.Unlock()
 	}()
-	// Slots are never reused and sealed slots never rewritten, so the I/O
-	// runs without the lock.
+	// A slot is freed, and a sealed one rewritten in place (rewrite.go),
+	// only under ioMu held alone, which this read shares: the I/O runs
+	// without mu.
 	for _, pc := range pieces {
 		if err := v.read(pc.src, pc.dst, pc.inBl); err != nil {
 			return 0, fmt.Errorf("inode %d: %w", ino, err)
@@ -524,6 +525,7 @@ func (v *View) growSlotLocked(ref *blockRef, need int64) error {
 		return mapOSErr(err)
 	}
 	v.moved = append(v.moved, ref.span())
+	ref.rewritten = nil // a new slot: no record holds any of it
 	// The new slot's pages past the old one's read as zeros.
 	if ref.zero != nil {
 		for p := ref.capPages(); p < n; p++ {
@@ -598,6 +600,9 @@ func touchPages(ref *blockRef, lo, hi int64) {
 		ref.dirty[p] = true
 		if ref.zero != nil {
 			ref.zero[p] = false
+		}
+		if ref.rewritten != nil {
+			ref.rewritten[p] = true
 		}
 	}
 }
@@ -718,7 +723,7 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 		v.mu.Unlock()
 		return 0, err
 	}
-	if !alone && v.slotsGrowLocked(st, off, off+int64(len(p))) {
+	if !alone && (v.slotsGrowLocked(st, off, off+int64(len(p))) || v.reopenRangeLocked(st, off, off+int64(len(p)), false)) {
 		v.mu.Unlock()
 		return 0, errSlotsGrow
 	}
@@ -731,6 +736,9 @@ func (v *View) writeAt(ino uint64, p []byte, off int64, appendMode, alone bool) 
 		}
 	}
 	v.copyUp(st)
+	if alone {
+		v.reopenRangeLocked(st, off, off+int64(len(p)), true)
+	}
 	type piece struct {
 		off    int64 // in the data file
 		src    int   // where its bytes (hi-lo of them) start in p
@@ -1090,6 +1098,9 @@ func (v *View) zero(ino uint64, off, length int64, keepSize, alloc bool) error {
 				ref.CRCs[i], ref.dirty[i] = zeroPageCRC, false
 				if ref.zero != nil {
 					ref.zero[i] = true
+				}
+				if ref.rewritten != nil {
+					ref.rewritten[i] = true
 				}
 			}
 			ref.alloc = true

@@ -274,7 +274,8 @@ func (s *Store) Fsck() (FsckReport, error) {
 
 // checkBlockLive checks one block against its checksums and returns the
 // first page that fails, or -1. A live mount keeps writing while fsck
-// runs: a sealed block is never written in place, but its next write
+// runs: a sealed block is not written in place while fsck runs (the
+// control server pauses that: Store.PauseRewrites), but its next write
 // moves it to a new slot and, once the move is durable, the old slot is
 // punched. So when the data fails, the block's record is read again
 // after the data was: if it still names the same slot and checksums, the

@@ -100,6 +100,10 @@ type Store struct {
 	// stops being trusted (UnixNano).
 	spaceOKUntil atomic.Int64
 
+	// noRewrite, while above zero, keeps writes from rewriting sealed
+	// blocks in place (PauseRewrites).
+	noRewrite atomic.Int32
+
 	logMu      sync.Mutex
 	vlogSynced uint64 // the newest value log when a Sync last flushed the logs (logsync.go)
 	// vlogBytes is badger's count of bytes written to value logs when a

@@ -272,6 +272,14 @@ type View struct {
 	// their blocks: a Sync through the intent log writes their pages
 	// into it.
 	sealedNow []sealedSlot
+	// reopen (under mu) registers the sealed slots of the active layer
+	// that a write may rewrite in place, by block (rewrite.go);
+	// reopenAside is the register the last seal took, and sealGen counts
+	// seals. rewrites counts slots reopened.
+	reopen      map[reopenKey]uint64
+	reopenAside map[reopenKey]uint64
+	sealGen     uint64
+	rewrites    atomic.Uint64
 	// sealedData (under jmu) is the data of seals through the intent log
 	// whose operations no commit has taken yet, in order.
 	sealedData []sealedData
@@ -1422,6 +1430,7 @@ func (v *View) sync(logged bool) error {
 	dataToSync := v.dataSynced < gen
 	// The records whose data a data sync from here covers.
 	covers := v.walSeq.Load()
+	var back reopenBack
 	if err == nil && logged {
 		// Registered with the seal's operations, still under mu: the
 		// commit that takes them, whichever it is, takes the data too.
@@ -1431,6 +1440,9 @@ func (v *View) sync(logged bool) error {
 			v.jmu.Lock()
 			v.sealedData = append(v.sealedData, sealedData{upto: sealed, segs: segs, sizes: sizes})
 			v.jmu.Unlock()
+		}
+		if logged {
+			back = v.reopenBackLocked(len(segs) > 0)
 		}
 	}
 	if err == nil && !logged && dataToSync {
@@ -1456,6 +1468,7 @@ func (v *View) sync(logged bool) error {
 	if logged && v.syncLogged(sealed) {
 		v.releaseJournal(hold)
 		v.freedDurable(f, freed, moved)
+		v.giveBackReopen(back)
 		return nil
 	}
 	// The data files checkpoints and rollbacks through the intent log
@@ -1743,11 +1756,14 @@ func (v *View) reserveForSealLocked() error {
 }
 
 // sealLocked computes the checksums of every written block and queues the
-// block map and records of every dirty inode. A sealed block is never
+// block map and records of every dirty inode. A sealed block is not
 // written in place again: the next write copies it to a new slot, so a
-// crash cannot leave a block whose data disagrees with its checksums.
+// crash cannot leave a block whose data disagrees with its checksums;
+// unless a record of the intent log that a crash replays holds its bytes
+// (rewrite.go). Every seal takes that register away.
 func (v *View) sealLocked() error {
 	v.sealedNow = v.sealedNow[:0]
+	v.takeReopenLocked()
 	if v.ro || len(v.dirty) == 0 {
 		return nil
 	}
@@ -1777,8 +1793,16 @@ func (v *View) sealLocked() error {
 			}
 			if !ref.sealed() {
 				st.allocKnown = false // a page of zeros is a hole now
-				ref.open, ref.dirty, ref.zero = false, nil, nil
-				v.sealedNow = append(v.sealedNow, sealedSlot{ino: ino, blk: b, span: ref.span()})
+				if ref.rewritten != nil {
+					// Reopened: the rest of the slot is in the record
+					// that let it be (rewrite.go).
+					for _, sp := range rewrittenSpans(ref) {
+						v.sealedNow = append(v.sealedNow, sealedSlot{ino: ino, blk: b, span: sp})
+					}
+				} else {
+					v.sealedNow = append(v.sealedNow, sealedSlot{ino: ino, blk: b, span: ref.span(), whole: true})
+				}
+				ref.open, ref.dirty, ref.zero, ref.rewritten = false, nil, nil, nil
 			}
 			op = append(op, kv{key: keyBlock(act, ino, b), val: encodeBlockRef(*ref)})
 		}

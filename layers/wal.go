@@ -90,6 +90,7 @@ type walSeg struct {
 type sealedSlot struct {
 	ino, blk uint64
 	span     slotSpan
+	whole    bool // span is the whole slot, not pages of a reopened one
 }
 
 // walMinSize is the size a layer's data file has at least.
@@ -461,11 +462,11 @@ func (s *Store) replayWalData(recs []walRec, synced uint64) error {
 			if f == nil {
 				continue
 			}
-			ref, err := s.committedRef(sg)
+			ref, first, err := s.committedRef(sg)
 			keep(err)
-			for p := 0; ref != nil && p < len(ref.CRCs) && (p+1)*pageSize <= len(sg.data); p++ {
+			for p := 0; ref != nil && first+p < len(ref.CRCs) && (p+1)*pageSize <= len(sg.data); p++ {
 				page := sg.data[p*pageSize : (p+1)*pageSize]
-				if crc32.Checksum(page, castagnoli()) == ref.CRCs[p] {
+				if crc32.Checksum(page, castagnoli()) == ref.CRCs[first+p] {
 					_, err := f.WriteAt(page, sg.off+int64(p)*pageSize)
 					keep(err)
 				}
@@ -483,10 +484,13 @@ func (s *Store) replayWalData(recs []walRec, synced uint64) error {
 	return first
 }
 
-// committedRef is the committed record of sg's block when it names sg's
-// slot in sg's layer's own data file; nil otherwise.
-func (s *Store) committedRef(sg walSeg) (*blockRef, error) {
+// committedRef is the committed record of sg's block when its slot, in
+// sg's layer's own data file, holds sg (from its first page, or from a
+// later one for the pages of a slot rewritten in place: rewrite.go), and
+// the page of the block sg starts at; nil otherwise.
+func (s *Store) committedRef(sg walSeg) (*blockRef, int, error) {
 	var ref *blockRef
+	first := 0
 	err := s.view(func(txn *badger.Txn) error {
 		item, err := txn.Get(keyBlock(sg.layer, sg.ino, sg.blk))
 		if errors.Is(err, badger.ErrKeyNotFound) {
@@ -496,13 +500,15 @@ func (s *Store) committedRef(sg walSeg) (*blockRef, error) {
 			return err
 		}
 		return item.Value(func(v []byte) error {
-			if r, err := decodeBlockRef(v); err == nil && r.Home == "" && r.off() == sg.off {
-				ref = &r
+			r, err := decodeBlockRef(v)
+			if err != nil || r.Home != "" || sg.off < r.off() || sg.off >= r.off()+r.capBytes() || (sg.off-r.off())%pageSize != 0 {
+				return nil
 			}
+			ref, first = &r, int((sg.off-r.off())/pageSize)
 			return nil
 		})
 	})
-	return ref, err
+	return ref, first, err
 }
 
 // replayWalOps commits the operations of the records past committed, in

@@ -489,9 +489,14 @@ func TestWALPowerCutModel(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("STRATA_WAL_MODEL_SEEDS")); err == nil && n > 0 {
 		seeds = n
 	}
+	var rewrites uint64
 	for seed := int64(1); seed <= int64(seeds); seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { walModelRun(t, seed, 60) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { rewrites += walModelRun(t, seed, 60) })
 	}
+	if rewrites == 0 {
+		t.Fatal("no write rewrote a sealed block in place (rewrite.go)")
+	}
+	t.Logf("%d blocks rewritten in place", rewrites)
 }
 
 // noLoopSyncs keeps the journal loops of the test's views from syncing
@@ -502,7 +507,9 @@ func noLoopSyncs(t *testing.T) {
 	t.Cleanup(func() { loopSyncsOff = false })
 }
 
-func walModelRun(t *testing.T, seed int64, rounds int) {
+// walModelRun runs the model with seed; it returns how many sealed blocks
+// writes rewrote in place.
+func walModelRun(t *testing.T, seed int64, rounds int) uint64 {
 	noLoopSyncs(t)
 	rng := rand.New(rand.NewSource(seed))
 	bs := []int{MinBlockSize, DefaultBlockSize}[rng.Intn(2)]
@@ -675,6 +682,7 @@ func walModelRun(t *testing.T, seed int64, rounds int) {
 	if len(states) > 0 && v.loggedQuiesces.Load() == 0 {
 		t.Fatal("no checkpoint or rollback went through the intent log")
 	}
+	return v.rewrites.Load()
 }
 
 // checkImage opens the store image img of sandbox sb and checks it

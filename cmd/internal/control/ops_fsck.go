@@ -24,8 +24,13 @@ type FsckResult struct {
 // stacks are walked, and it first syncs every live read-write mount: the
 // blocks a mount has written but not sealed yet have no checksums on disk,
 // and fsck is to judge what a crash would leave, not a half-written block.
+// Until it is done, writes copy sealed blocks rather than rewrite them in
+// place (layers.Store.PauseRewrites).
 func (s *Server) fsck(ctx context.Context, _ empty) (FsckResult, error) {
 	return exclusive(s, func() (FsckResult, error) {
+		// A block rewritten in place after the sync below would fail its
+		// stored checksums until its next seal.
+		defer s.store.PauseRewrites()()
 		var rep layers.FsckReport
 		for pass := 0; pass < fsckPasses; pass++ {
 			if err := s.syncMounts(); err != nil {
