@@ -462,11 +462,11 @@ func (s *Store) replayWalData(recs []walRec, synced uint64) error {
 			if f == nil {
 				continue
 			}
-			ref, first, err := s.committedRef(sg)
+			ref, p0, err := s.committedRef(sg)
 			keep(err)
-			for p := 0; ref != nil && first+p < len(ref.CRCs) && (p+1)*pageSize <= len(sg.data); p++ {
+			for p := 0; ref != nil && p0+p < len(ref.CRCs) && (p+1)*pageSize <= len(sg.data); p++ {
 				page := sg.data[p*pageSize : (p+1)*pageSize]
-				if crc32.Checksum(page, castagnoli()) == ref.CRCs[first+p] {
+				if crc32.Checksum(page, castagnoli()) == ref.CRCs[p0+p] {
 					_, err := f.WriteAt(page, sg.off+int64(p)*pageSize)
 					keep(err)
 				}
@@ -490,7 +490,7 @@ func (s *Store) replayWalData(recs []walRec, synced uint64) error {
 // the page of the block sg starts at; nil otherwise.
 func (s *Store) committedRef(sg walSeg) (*blockRef, int, error) {
 	var ref *blockRef
-	first := 0
+	p0 := 0
 	err := s.view(func(txn *badger.Txn) error {
 		item, err := txn.Get(keyBlock(sg.layer, sg.ino, sg.blk))
 		if errors.Is(err, badger.ErrKeyNotFound) {
@@ -504,11 +504,11 @@ func (s *Store) committedRef(sg walSeg) (*blockRef, int, error) {
 			if err != nil || r.Home != "" || sg.off < r.off() || sg.off >= r.off()+r.capBytes() || (sg.off-r.off())%pageSize != 0 {
 				return nil
 			}
-			ref, first = &r, int((sg.off-r.off())/pageSize)
+			ref, p0 = &r, int((sg.off-r.off())/pageSize)
 			return nil
 		})
 	})
-	return ref, first, err
+	return ref, p0, err
 }
 
 // replayWalOps commits the operations of the records past committed, in
