@@ -632,7 +632,8 @@ func commitBatches(db *badger.DB, ops [][]kv, head func(txn *badger.Txn) error, 
 
 // walLog is a live view's intent log; guarded by the view's cmu.
 type walLog struct {
-	f     *os.File
+	f *os.File
+	directLog
 	off   int64
 	cycle uint64
 	// usable: the log is written full and every commit since the cycle
@@ -696,6 +697,7 @@ func (v *View) openWAL() error {
 		return fail(err)
 	}
 	v.wal = &walLog{f: f}
+	v.wal.openDirect(v.s.walPath(v.info.Name))
 	// Opening the store replayed what a crash left, and synced it.
 	v.walSeq.Store(committed)
 	v.walSynced.Store(committed)
@@ -711,6 +713,7 @@ func (v *View) restartWALLocked() {
 		return
 	}
 	w.off, w.cycle, w.usable, w.dirty = 0, newCycle(), true, false
+	w.resetDirect()
 	// The commits before the cycle have no record in it: the log serves
 	// a Sync once they are durable.
 	v.walUnlogd.Store(v.s.commits.Load())
@@ -730,7 +733,7 @@ func (v *View) walAppendLocked(seq uint64, ops [][]kv) {
 		v.walStopLocked()
 		return
 	}
-	if _, err := w.f.WriteAt(b, w.off); err != nil {
+	if err := w.appendAt(w.f, b, w.off); err != nil {
 		v.walStopLocked()
 		return
 	}
@@ -774,6 +777,7 @@ func (v *View) closeWAL(synced bool) error {
 	v.wal = nil
 	v.walOn.Store(false)
 	defer w.f.Close()
+	defer w.closeDirect()
 	if !synced {
 		return nil
 	}
@@ -906,15 +910,7 @@ func (v *View) walStopLocked() {
 // walWriteSync writes rec (when there is one) at offset at of intent log
 // w and syncs the log: a data write and one device flush.
 func (v *View) walWriteSync(w *walLog, rec []byte, at int64) error {
-	if len(rec) > 0 {
-		if _, err := w.f.WriteAt(rec, at); err != nil {
-			return err
-		}
-	}
-	if err := v.s.fault("walsync", v.info.Name); err != nil {
-		return err
-	}
-	return fdatasync(w.f)
+	return w.writeSync(w.f, rec, at, func() error { return v.s.fault("walsync", v.info.Name) })
 }
 
 // walCovered records that a data sync that began after the commit of

@@ -449,6 +449,7 @@ func TestWALWritesFail(t *testing.T) {
 	v := e.view()
 	ok(t, "sync", v.Sync())
 	v.cmu.Lock()
+	v.wal.closeDirect() // its page cache descriptor then
 	v.wal.f.Close()
 	v.cmu.Unlock()
 	f := mkfile(t, v, RootIno, "f", "first")

@@ -499,6 +499,17 @@ func TestWALPowerCutModel(t *testing.T) {
 	t.Logf("%d blocks rewritten in place", rewrites)
 }
 
+// TestWALPowerCutModelPageCache is the model with the log written through
+// the page cache and fdatasync, as on a file system that refuses O_DIRECT
+// (waldirect.go).
+func TestWALPowerCutModelPageCache(t *testing.T) {
+	walDirectOff = true
+	t.Cleanup(func() { walDirectOff = false })
+	for seed := int64(101); seed <= 102; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { walModelRun(t, seed, 60) })
+	}
+}
+
 // noLoopSyncs keeps the journal loops of the test's views from syncing
 // on their own: a full sync of theirs would move the image of a power
 // cut on from the one the test copied.
