@@ -87,16 +87,23 @@ type reopenBack struct {
 }
 
 // reopenBackLocked is what the seal just made may give back, when the
-// Sync goes through the log with the sealed data in its record (withData).
-// The caller holds mu, right after the seal.
+// Sync goes through the log with the sealed data in its record
+// (withData); without it, nothing: a slot this seal sealed would have
+// its bytes in no record, and one the register names after its block was
+// freed may be such a slot again. (A Sync has no data to log only after
+// a data sync that followed the last write, whose seal emptied the
+// register.) The caller holds mu, right after the seal.
 func (v *View) reopenBackLocked(withData bool) reopenBack {
-	b := reopenBack{gen: v.sealGen, layer: v.activeLayer(), keep: v.reopenAside}
+	b := reopenBack{gen: v.sealGen, layer: v.activeLayer()}
+	aside := v.reopenAside
 	v.reopenAside = nil
-	if withData {
-		for _, ss := range v.sealedNow {
-			if ss.whole {
-				b.fresh = append(b.fresh, ss)
-			}
+	if !withData {
+		return b
+	}
+	b.keep = aside
+	for _, ss := range v.sealedNow {
+		if ss.whole {
+			b.fresh = append(b.fresh, ss)
 		}
 	}
 	return b
