@@ -25,7 +25,7 @@ import (
 // no longer write at all: a kill -9 loses nothing that way that a replay
 // needs (their commits were made), and the next synced record writes them
 // before it, so the records still follow one another. A file system
-// that refuses O_DIRECT (tmpfs) gets the page cache and fdatasync.
+// that refuses O_DIRECT gets the page cache and fdatasync.
 
 // walAlign is the alignment of the log's direct writes: their offsets,
 // lengths and buffers.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // newDirectLog is a log file written full of zeros, as openWAL makes it,
@@ -30,18 +32,18 @@ func newDirectLog(t *testing.T) (*os.File, *directLog) {
 // start and end in; unsynced appends reach the file with the next synced
 // write, before it.
 func TestDirectLogModel(t *testing.T) {
-	for _, direct := range []bool{true, false} {
-		name := "direct"
-		if !direct {
-			name = "page cache"
-		}
-		t.Run(name, func(t *testing.T) {
-			walDirectOff = !direct
+	for _, c := range []struct {
+		name            string
+		direct, noDsync bool
+	}{{"direct", true, false}, {"direct, no RWF_DSYNC", true, true}, {"page cache", false, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			walDirectOff = !c.direct
 			t.Cleanup(func() { walDirectOff = false })
 			f, d := newDirectLog(t)
-			if direct && !d.direct() {
+			if c.direct && !d.direct() {
 				t.Skip("the file system refuses O_DIRECT")
 			}
+			d.noDsync = c.noDsync
 			rng := rand.New(rand.NewSource(1))
 			model := make([]byte, walSize)
 			var off, synced, last int64 // the end, what is durable, the last record's start
@@ -100,5 +102,56 @@ func TestDirectLogFaults(t *testing.T) {
 	}
 	if err := d.appendAt(f, []byte("x"), 100); err == nil {
 		t.Fatal("an append away from the log's end was taken")
+	}
+}
+
+// TestDirectLogRefused: a log whose direct writes fail (here a descriptor
+// open for reading only) reports the error and keeps its end, with and
+// without RWF_DSYNC; so does one in the page cache; and a log that cannot
+// be opened for direct writes stays in the page cache.
+func TestDirectLogRefused(t *testing.T) {
+	f, d := newDirectLog(t)
+	if !d.direct() {
+		t.Skip("the file system refuses O_DIRECT")
+	}
+	ro, err := unix.Open(f.Name(), unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	ok(t, "open read-only", err)
+	unix.Close(d.fd)
+	d.fd = ro
+	for _, noDsync := range []bool{false, true} {
+		d.noDsync = noDsync
+		if err := d.writeSync(f, []byte("record"), 0, noFault); err == nil {
+			t.Fatalf("a write through a read-only descriptor succeeded (noDsync %v)", noDsync)
+		}
+		if d.pendAt != 0 || len(d.pend) != 0 {
+			t.Fatalf("the failed write moved the log's end to %d", d.pendAt)
+		}
+	}
+	// Erasing before the end reads the pages around it back first.
+	ok(t, "append", d.appendAt(f, []byte("pending"), 0))
+	if err := d.writeSync(f, []byte("x"), 0, noFault); err == nil {
+		t.Fatal("an erasure through a read-only descriptor succeeded")
+	}
+
+	pf, err := os.OpenFile(filepath.Join(t.TempDir(), "plain"), os.O_RDWR|os.O_CREATE, 0o600)
+	ok(t, "create", err)
+	defer pf.Close()
+	boom := errors.New("device gone")
+	var pd directLog
+	pd.fd = -1
+	if err := pd.writeSync(pf, []byte("record"), 0, func() error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("a failed sync in the page cache returned %v", err)
+	}
+	pf.Close()
+	if err := pd.writeSync(pf, []byte("record"), 0, noFault); err == nil {
+		t.Fatal("a write to a closed log succeeded")
+	}
+
+	// A log that cannot be opened for direct writes stays in the page
+	// cache.
+	var gone directLog
+	gone.openDirect(filepath.Join(t.TempDir(), "missing", "log"))
+	if gone.direct() {
+		t.Fatal("a log that could not be opened is written directly")
 	}
 }
