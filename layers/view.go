@@ -1285,12 +1285,11 @@ func (p *prepared) commitBehind() (func() error, bool) {
 		v.walStopLocked()
 		return nil, false
 	}
-	wrote := make(chan error, 1)
-	go func() { wrote <- v.walWriteSync(w, rec, at) }()
+	wrote := v.walWriteSyncBehind(w, rec, at)
 	if err := p.txn.Commit(); err != nil {
 		// Erased even when its write or sync failed: some of it may
 		// reach the disk yet.
-		<-wrote
+		_ = wrote()
 		w.off = at + int64(len(rec))
 		p.err = v.walRefused(w, seq, at, len(rec), err)
 		v.walStopLocked()
@@ -1303,7 +1302,7 @@ func (p *prepared) commitBehind() (func() error, bool) {
 	v.journalDone(p.upto)
 	w.off += int64(len(rec))
 	return func() error {
-		err := <-wrote
+		err := wrote()
 		if err == nil {
 			w.dirty = false
 			v.loggedQuiesces.Add(1)

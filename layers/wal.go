@@ -913,6 +913,12 @@ func (v *View) walWriteSync(w *walLog, rec []byte, at int64) error {
 	return w.writeSync(w.f, rec, at, func() error { return v.s.fault("walsync", v.info.Name) })
 }
 
+// walWriteSyncBehind is walWriteSync started now and finished by the
+// function it returns.
+func (v *View) walWriteSyncBehind(w *walLog, rec []byte, at int64) func() error {
+	return w.writeSyncBehind(w.f, rec, at, func() error { return v.s.fault("walsync", v.info.Name) })
+}
+
 // walCovered records that a data sync that began after the commit of
 // record seq made the data of every record up to it durable.
 func (v *View) walCovered(seq uint64) {

@@ -40,6 +40,9 @@ type directLog struct {
 	tail    []byte // the page pendAt falls in, as written
 	buf     []byte // aligned scratch for writes
 	noDsync bool   // the kernel refused RWF_DSYNC: pwrite and fdatasync
+
+	aio      uint64    // the context of asynchronous writes; 0: none
+	inflight *aioWrite // the asynchronous write not reaped yet
 }
 
 // walDirectOff, set by a test, keeps the intent log in the page cache.
@@ -58,6 +61,7 @@ func (d *directLog) openDirect(path string) {
 	}
 	d.fd = fd
 	d.tail = make([]byte, walAlign)
+	d.setupAIO()
 }
 
 // direct reports whether the log is written with O_DIRECT.
@@ -65,6 +69,9 @@ func (d *directLog) direct() bool { return d.fd >= 0 }
 
 // closeDirect closes the direct descriptor.
 func (d *directLog) closeDirect() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.destroyAIO()
 	if d.fd >= 0 {
 		unix.Close(d.fd)
 		d.fd = -1
@@ -75,6 +82,7 @@ func (d *directLog) closeDirect() {
 func (d *directLog) resetDirect() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.reapLocked()
 	d.pendAt, d.pend = 0, d.pend[:0]
 	clear(d.tail)
 }
@@ -88,6 +96,7 @@ func (d *directLog) appendAt(f *os.File, b []byte, at int64) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.reapLocked()
 	if at != d.pendAt+int64(len(d.pend)) {
 		return errors.New("intent log: an append away from its end")
 	}
@@ -114,6 +123,7 @@ func (d *directLog) writeSync(f *os.File, b []byte, at int64, fault func() error
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.reapLocked()
 	if at != d.pendAt+int64(len(d.pend)) {
 		if len(d.pend) > 0 {
 			if err := d.writeLocked(d.pendAt, d.pend, nil, noFault); err != nil {
@@ -129,6 +139,18 @@ func (d *directLog) writeSync(f *os.File, b []byte, at int64, fault func() error
 // the start of the page at falls in, and syncs them; on success they are
 // the log's new end.
 func (d *directLog) writeLocked(at int64, pend, b []byte, fault func() error) error {
+	buf, start := d.fillLocked(at, pend, b)
+	if err := d.pwriteSync(buf, start, fault); err != nil {
+		return err
+	}
+	d.wroteLocked(start, buf, at+int64(len(pend)+len(b)))
+	return nil
+}
+
+// fillLocked lays out in the scratch buffer pend and then b at offset at,
+// the log's end, after what the log holds before at in its page: the
+// whole pages a direct write of them writes, and where they start.
+func (d *directLog) fillLocked(at int64, pend, b []byte) ([]byte, int64) {
 	start := at &^ (walAlign - 1)
 	n := int(at-start) + len(pend) + len(b)
 	buf := d.scratch(n)
@@ -136,17 +158,18 @@ func (d *directLog) writeLocked(at int64, pend, b []byte, fault func() error) er
 	copy(buf[at-start:], pend)
 	copy(buf[int(at-start)+len(pend):], b)
 	clear(buf[n:])
-	if err := d.pwriteSync(buf, start, fault); err != nil {
-		return err
-	}
-	end := at + int64(len(pend)+len(b))
+	return buf, start
+}
+
+// wroteLocked follows the write of buf (from fillLocked) at start: end is
+// the log's end now, and the page it falls in is kept.
+func (d *directLog) wroteLocked(start int64, buf []byte, end int64) {
 	if last := end &^ (walAlign - 1); last-start < int64(len(buf)) {
 		copy(d.tail, buf[last-start:last-start+walAlign])
 	} else {
 		clear(d.tail)
 	}
 	d.pendAt, d.pend = end, d.pend[:0]
-	return nil
 }
 
 // rewriteLocked writes b at offset at, before the log's end, keeping the

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,15 +36,35 @@ func TestDirectLogModel(t *testing.T) {
 	for _, c := range []struct {
 		name            string
 		direct, noDsync bool
-	}{{"direct", true, false}, {"direct, no RWF_DSYNC", true, true}, {"page cache", false, false}} {
+		behind, noAIO   bool // synced writes through writeSyncBehind; without the kernel's AIO
+	}{
+		{"direct", true, false, false, false},
+		{"direct, no RWF_DSYNC", true, true, false, false},
+		{"page cache", false, false, false, false},
+		{"direct, behind", true, false, true, false},
+		{"direct, behind, no AIO", true, false, true, true},
+		{"page cache, behind", false, false, true, false},
+	} {
 		t.Run(c.name, func(t *testing.T) {
-			walDirectOff = !c.direct
-			t.Cleanup(func() { walDirectOff = false })
+			walDirectOff, walAIOOff = !c.direct, c.noAIO
+			t.Cleanup(func() { walDirectOff, walAIOOff = false, false })
 			f, d := newDirectLog(t)
 			if c.direct && !d.direct() {
 				t.Skip("the file system refuses O_DIRECT")
 			}
+			if c.behind && c.direct && !c.noAIO && d.aio == 0 {
+				t.Skip("the kernel refuses asynchronous I/O")
+			}
 			d.noDsync = c.noDsync
+			// A write behind in flight: the kernel's AIO lets it stay so
+			// over the next operation, which waits for it.
+			var inflight func() error
+			reap := func() {
+				if inflight != nil {
+					ok(t, "write behind", inflight())
+					inflight = nil
+				}
+			}
 			rng := rand.New(rand.NewSource(1))
 			model := make([]byte, walSize)
 			var off, synced, last int64 // the end, what is durable, the last record's start
@@ -59,6 +80,15 @@ func TestDirectLogModel(t *testing.T) {
 					ok(t, "append", d.appendAt(f, rec, off))
 					copy(model[off:], rec)
 					off += int64(len(rec))
+				case k < 9 && c.behind:
+					reap()
+					inflight = d.writeSyncBehind(f, rec, off, noFault)
+					if d.aio == 0 {
+						reap() // a goroutine's write must end before the next
+					}
+					copy(model[off:], rec)
+					last, off = off, off+int64(len(rec))
+					synced = off
 				case k < 9:
 					ok(t, "write and sync", d.writeSync(f, rec, off, noFault))
 					copy(model[off:], rec)
@@ -73,14 +103,22 @@ func TestDirectLogModel(t *testing.T) {
 					ok(t, "erase", d.writeSync(f, zero, last, noFault))
 					copy(model[last:], zero)
 				}
-				if synced == off {
+				if synced == off && (inflight == nil || rng.Intn(2) == 0) {
+					reap()
 					got := make([]byte, off)
 					ok(t, "read back", readFull(f, got, 0))
 					if !bytes.Equal(got, model[:off]) {
+						for j := range got {
+							if got[j] != model[j] {
+								t.Logf("first difference at %d: %d, want %d; last %d", j, got[j], model[j], last)
+								break
+							}
+						}
 						t.Fatalf("step %d: the log reads otherwise than written up to its end %d", i, off)
 					}
 				}
 			}
+			reap()
 		})
 	}
 }
@@ -103,6 +141,40 @@ func TestDirectLogFaults(t *testing.T) {
 	if err := d.appendAt(f, []byte("x"), 100); err == nil {
 		t.Fatal("an append away from the log's end was taken")
 	}
+
+	// The same behind a commit, and a write behind that the device
+	// refuses once submitted (a buffer out of alignment): the error, the
+	// end unmoved.
+	if err := d.writeSyncBehind(f, []byte("second"), 5, func() error { return boom })(); !errors.Is(err, boom) {
+		t.Fatalf("a failed sync behind returned %v", err)
+	}
+	if d.aio == 0 {
+		t.Skip("the kernel refuses asynchronous I/O")
+	}
+	raw := make([]byte, 4*walAlign)
+	skip := (walAlign - int(uintptr(unsafe.Pointer(&raw[0]))&(walAlign-1))) & (walAlign - 1)
+	d.buf = raw[skip+1 : skip+1+2*walAlign]
+	wait := d.writeSyncBehind(f, []byte("second"), 5, noFault)
+	if d.inflight == nil {
+		t.Fatal("the write was not submitted")
+	}
+	if err := wait(); !errors.Is(err, unix.EINVAL) {
+		t.Fatalf("a write out of alignment returned %v", err)
+	}
+	if d.pendAt != 0 || string(d.pend) != "first" {
+		t.Fatalf("after the refusal the log ends at %d with %q pending", d.pendAt, d.pend)
+	}
+	d.buf = nil
+	ok(t, "write behind", d.writeSyncBehind(f, []byte("second"), 5, noFault)())
+	got := make([]byte, 11)
+	ok(t, "read back", readFull(f, got, 0))
+	if string(got) != "firstsecond" {
+		t.Fatalf("the log holds %q", got)
+	}
+	// Closed with a write in flight: it is waited for.
+	wait = d.writeSyncBehind(f, []byte("third"), 11, noFault)
+	d.closeDirect()
+	ok(t, "write behind a close", wait())
 }
 
 // TestDirectLogRefused: a log whose direct writes fail (here a descriptor
@@ -125,6 +197,9 @@ func TestDirectLogRefused(t *testing.T) {
 		}
 		if d.pendAt != 0 || len(d.pend) != 0 {
 			t.Fatalf("the failed write moved the log's end to %d", d.pendAt)
+		}
+		if err := d.writeSyncBehind(f, []byte("record"), 0, noFault)(); err == nil {
+			t.Fatalf("a write behind through a read-only descriptor succeeded (noDsync %v)", noDsync)
 		}
 	}
 	// Erasing before the end reads the pages around it back first.
