@@ -40,6 +40,11 @@ func (m *Manager) sameBase(what, sandbox string, created time.Time) error {
 	if err != nil {
 		return err
 	}
+	return baseChanged(what, info, created)
+}
+
+// baseChanged is sameBase with the sandbox's record read.
+func baseChanged(what string, info layers.SandboxInfo, created time.Time) error {
 	if !info.BaseChanged.IsZero() && created.Before(info.BaseChanged) {
 		return fmt.Errorf("%s was recorded before a plan apply wrote onto %s at %s: %w",
 			what, info.Base, info.BaseChanged.Local().Format("2006-01-02 15:04:05"), ErrBaseChanged)
