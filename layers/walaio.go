@@ -64,6 +64,10 @@ var (
 // iocbCmdPwrite is IOCB_CMD_PWRITE.
 const iocbCmdPwrite = 1
 
+// aioRWFlags are the flags of the log's asynchronous writes; a test sets
+// flags the kernel refuses, as an older kernel refuses RWF_DSYNC there.
+var aioRWFlags uint32 = unix.RWF_DSYNC
+
 // walAIOOff, set by a test, makes the log's writes behind a commit go
 // through a goroutine, as where the kernel has no asynchronous I/O.
 var walAIOOff bool
@@ -134,7 +138,7 @@ func (d *directLog) submit(b []byte, at int64, fault func() error) *aioWrite {
 		return &aioWrite{done: true, err: err}
 	}
 	cb := iocb{
-		opcode: iocbCmdPwrite, rwFlags: unix.RWF_DSYNC, fildes: uint32(d.fd),
+		opcode: iocbCmdPwrite, rwFlags: aioRWFlags, fildes: uint32(d.fd),
 		buf: uint64(uintptr(unsafe.Pointer(&buf[0]))), nbytes: uint64(len(buf)), offset: start,
 	}
 	p := &cb

@@ -230,3 +230,25 @@ func TestDirectLogRefused(t *testing.T) {
 		t.Fatal("a log that could not be opened is written directly")
 	}
 }
+
+// TestDirectLogAIORefused: a kernel that refuses the flags of an
+// asynchronous write (as one without RWF_DSYNC for AIO does) leaves the
+// log writing behind a commit through a goroutine, from then on, and the
+// write is made.
+func TestDirectLogAIORefused(t *testing.T) {
+	f, d := newDirectLog(t)
+	if !d.direct() || d.aio == 0 {
+		t.Skip("the file system refuses O_DIRECT, or the kernel AIO")
+	}
+	aioRWFlags = 1 << 30
+	t.Cleanup(func() { aioRWFlags = unix.RWF_DSYNC })
+	ok(t, "write behind", d.writeSyncBehind(f, []byte("record"), 0, noFault)())
+	if d.aio != 0 {
+		t.Fatal("the log keeps its AIO context after the kernel refused a write")
+	}
+	got := make([]byte, 6)
+	ok(t, "read back", readFull(f, got, 0))
+	if string(got) != "record" {
+		t.Fatalf("the log holds %q", got)
+	}
+}
