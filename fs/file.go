@@ -145,7 +145,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 // Fsync makes everything written durable.
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	return toErrno(h.n.view().Sync())
+	return toErrno(h.n.view().Fsync())
 }
 
 // Release closes the handle.

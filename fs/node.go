@@ -507,5 +507,5 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 
 // Fsync makes the sandbox's changes durable (directories included).
 func (n *node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
-	return toErrno(n.view().Sync())
+	return toErrno(n.view().Fsync())
 }

@@ -532,7 +532,7 @@ func TestDataFileSyncErrors(t *testing.T) {
 	v.dirty = map[uint64]*inodeState{} // nothing to seal
 	v.mu.Unlock()
 	// A full sync (the intent log would take no data: nothing is sealed).
-	wantErr(t, "sync", v.sync(false), syscall.EBADF)
+	wantErr(t, "sync", v.sync(false, false), syscall.EBADF)
 	_, _, err = e.store.Freeze("sb", noFreezeFn)
 	wantErr(t, "freeze", err, os.ErrClosed)
 }

@@ -57,7 +57,7 @@ func (sc *logScene) write(t *testing.T, name, c string) {
 // snapshot syncs everything and copies the store.
 func (sc *logScene) snapshot(t *testing.T) {
 	t.Helper()
-	ok(t, "full sync", sc.v.sync(false))
+	ok(t, "full sync", sc.v.sync(false, false))
 	sc.durable = filepath.Join(t.TempDir(), "durable")
 	copyDir(t, filepath.Join(sc.e.dir, "store"), sc.durable)
 	sc.dataAt = ""
@@ -161,7 +161,7 @@ func TestCheckpointThroughTheLog(t *testing.T) {
 				}
 				return nil
 			})
-			ok(t, "full sync", sc.v.sync(false))
+			ok(t, "full sync", sc.v.sync(false, false))
 			restore()
 			if lazyFiles(sc.v) != 0 || int(datasyncs.Load()) != 1+wantLazy {
 				t.Fatalf("after a full sync: %d data files left, %d data syncs (want 0, %d)", lazyFiles(sc.v), datasyncs.Load(), 1+wantLazy)
@@ -335,7 +335,7 @@ func TestQuiesceLogFallsBack(t *testing.T) {
 			ok(t, "close snapshot", snap.Close())
 			// The log serves the next checkpoint again (after a full
 			// sync when it broke).
-			ok(t, "full sync", sc.v.sync(false))
+			ok(t, "full sync", sc.v.sync(false, false))
 			sc.write(t, "h", "y")
 			before := sc.v.loggedQuiesces.Load()
 			freeze(t, sc.e.store, sc.e.name)
@@ -419,7 +419,7 @@ func TestQuiesceLogCommitConflict(t *testing.T) {
 					}
 				}
 			}
-			ok(t, "full sync", sc.v.sync(false))
+			ok(t, "full sync", sc.v.sync(false, false))
 			sc.durable = filepath.Join(t.TempDir(), "durable")
 			copyDir(t, filepath.Join(sc.e.dir, "store"), sc.durable)
 			sc.write(t, "after", "z")
@@ -454,7 +454,7 @@ func TestLazyDataSyncFailure(t *testing.T) {
 		}
 		return nil
 	})
-	err := sc.v.sync(false)
+	err := sc.v.sync(false, false)
 	restore()
 	wantErr(t, "full sync", err, ErrDataSync)
 	wantErr(t, "checkpoint after it", func() error { _, _, err := sc.e.store.Freeze(sc.e.name, noFreezeFn); return err }(), ErrDataSync)

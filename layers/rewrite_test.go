@@ -48,7 +48,7 @@ func rewriteEnv(t *testing.T) (*testEnv, *View, uint64, []byte) {
 	e := newEnv(t, DefaultBlockSize, nil)
 	v := e.view()
 	t.Cleanup(func() { v.Close() })
-	ok(t, "full sync", v.sync(false)) // the log's cycle starts empty
+	ok(t, "full sync", v.sync(false, false)) // the log's cycle starts empty
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4*DefaultBlockSize/16)
 	a := mkfile(t, v, RootIno, "db", string(data))
 	ok(t, "logged sync", v.Sync())
@@ -165,7 +165,7 @@ func TestRewriteNeedsALoggedSync(t *testing.T) {
 		off  int64
 	}{
 		{"full sync", func(t *testing.T, e *testEnv, v *View) func() {
-			ok(t, "full sync", v.sync(false))
+			ok(t, "full sync", v.sync(false, false))
 			return nil
 		}, 100},
 		{"checkpoint", func(t *testing.T, e *testEnv, v *View) func() {
@@ -205,7 +205,7 @@ func TestRewriteGrowsTheSlot(t *testing.T) {
 	e := newEnv(t, DefaultBlockSize, nil)
 	v := e.view()
 	t.Cleanup(func() { v.Close() })
-	ok(t, "full sync", v.sync(false))
+	ok(t, "full sync", v.sync(false, false))
 	a := mkfile(t, v, RootIno, "short", strings.Repeat("s", 5000)) // a slot of two pages
 	ok(t, "logged sync", v.Sync())
 	_, err := v.WriteAt(a.Ino, []byte("in place"), 10, false)

@@ -30,7 +30,7 @@ func TestSyncSkipsWhatIsDurable(t *testing.T) {
 	}
 	// Full syncs: one through the intent log leaves the data file and
 	// badger's log for later (TestWAL*).
-	ok(t, "sync", v.sync(false))
+	ok(t, "sync", v.sync(false, false))
 	v.mu.Lock()
 	unsynced = v.dataSynced < v.dataGen
 	v.mu.Unlock()
@@ -45,7 +45,7 @@ func TestSyncSkipsWhatIsDurable(t *testing.T) {
 	if e.store.synced.Load() >= e.store.commits.Load() {
 		t.Fatal("a committed chmod counts as synced before any Sync")
 	}
-	ok(t, "sync", v.sync(false))
+	ok(t, "sync", v.sync(false, false))
 	if e.store.synced.Load() != e.store.commits.Load() {
 		t.Fatalf("after Sync: synced %d of %d commits", e.store.synced.Load(), e.store.commits.Load())
 	}

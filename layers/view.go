@@ -300,6 +300,11 @@ type View struct {
 	lazy    []*os.File
 	jqueued uint64 // operations queued so far
 	jdone   uint64 // operations committed so far
+	// loggedUpTo and loggedSeq (under jmu): the pending operations up to
+	// number loggedUpTo are in durable records of the intent log, the
+	// last of them record loggedSeq, and not committed yet (Fsync left
+	// them to the journal loop). 0: none.
+	loggedUpTo, loggedSeq uint64
 	// holds are the numbers of the first operations of seals whose data
 	// is being synced: no commit takes an operation from the earliest on,
 	// since sealed blocks' records must not reach the store's log, which
@@ -550,7 +555,7 @@ func (v *View) Close() error {
 	}
 	v.walOn.Store(false)
 	v.cmu.Unlock()
-	err := v.sync(false)
+	err := v.sync(false, false)
 	if cerr := v.closeWAL(err == nil); err == nil {
 		err = cerr
 	}
@@ -746,7 +751,7 @@ func (v *View) loopSync() error {
 	if loopSyncsOff {
 		return errLoopSyncsOff
 	}
-	return v.sync(false)
+	return v.sync(false, false)
 }
 
 // idleSyncHook, when a test sets it, runs before each sync the idle timer
@@ -1015,7 +1020,21 @@ func (v *View) commitThroughLocked(through uint64) error {
 		return err
 	}
 	ops, upto := v.takeJournal(through)
-	if err := v.commitOpsLocked(ops, 0); err != nil {
+	// Those an Fsync left are in the log already (all of them: taking
+	// the journal takes them whole): committed as their records, with
+	// the last one's number, and appended to the log no more.
+	if k, seq := v.loggedCount(ops, upto); k > 0 {
+		if err := v.commitOpsLocked(ops[:k], seq, ops[k:]); err != nil {
+			return err
+		}
+		v.jmu.Lock()
+		if v.loggedSeq == seq {
+			v.loggedUpTo, v.loggedSeq = 0, 0
+		}
+		v.jmu.Unlock()
+		ops = ops[k:]
+	}
+	if err := v.commitOpsLocked(ops, 0, nil); err != nil {
 		return err
 	}
 	v.journalDone(upto)
@@ -1024,11 +1043,12 @@ func (v *View) commitThroughLocked(through uint64) error {
 
 // commitOpsLocked commits operations taken from the journal, in order,
 // several per transaction but never splitting one; what it could not
-// commit goes back to the journal. With seq 0, each transaction is a
-// commit of its own with the next number, whose record it appends to the
-// intent log (unsynced); else the operations are record seq, already in
-// the log, and the last transaction stores that number.
-func (v *View) commitOpsLocked(ops [][]kv, seq uint64) error {
+// commit goes back to the journal, followed by after (taken with them,
+// to be committed next). With seq 0, each transaction is a commit of its
+// own with the next number, whose record it appends to the intent log
+// (unsynced); else the operations are those of the records up to seq,
+// already in the log, and the last transaction stores that number.
+func (v *View) commitOpsLocked(ops [][]kv, seq uint64, after [][]kv) error {
 	all := ops
 	if seq != 0 && v.wal != nil {
 		// The number goes in as one more operation, after the others.
@@ -1049,10 +1069,10 @@ func (v *View) commitOpsLocked(ops [][]kv, seq uint64) error {
 		}
 	})
 	if err != nil {
-		v.putBackJournal(ops[min(n, len(ops)):], err)
+		v.putBackJournal(append(ops[min(n, len(ops)):len(ops):len(ops)], after...), err)
 		return fmt.Errorf("commit journal: %w", err)
 	}
-	if seq != 0 {
+	if seq != 0 && seq > v.walSeq.Load() {
 		v.walSeq.Store(seq)
 	}
 	return nil
@@ -1095,6 +1115,11 @@ func (v *View) takeJournalData(through uint64) (ops [][]kv, upto uint64, data []
 func (v *View) takeJournalOps(through uint64) (ops [][]kv, upto uint64) {
 	v.jmu.Lock()
 	defer v.jmu.Unlock()
+	// The operations an Fsync left in the log are taken whole, whoever
+	// holds some of them (their data is in the log): a commit that took
+	// part of them could not say which of their records it applied, and
+	// a record one commit covers in part a replay would skip.
+	through = max(through, v.loggedUpTo)
 	ops = v.pending
 	v.pending = nil
 	upto = v.jqueued
@@ -1127,6 +1152,22 @@ func (v *View) journalDone(upto uint64) {
 		v.jerr = nil
 	}
 	v.jdone = upto
+	if upto >= v.loggedUpTo {
+		v.loggedUpTo, v.loggedSeq = 0, 0
+	}
+}
+
+// loggedCount is how many of ops, taken from the journal up to number
+// upto, are in durable records of the intent log (loggedUpTo), and the
+// number of the last of those records.
+func (v *View) loggedCount(ops [][]kv, upto uint64) (n int, seq uint64) {
+	v.jmu.Lock()
+	defer v.jmu.Unlock()
+	first := upto - uint64(len(ops)) + 1
+	if v.loggedUpTo == 0 || v.loggedUpTo < first {
+		return 0, 0
+	}
+	return min(int(v.loggedUpTo-first+1), len(ops)), v.loggedSeq
 }
 
 // applyOp writes one journal operation's records into txn.
@@ -1395,13 +1436,22 @@ func (p *prepared) abandon() {
 // Sync seals every written block, makes the data durable, commits the
 // journal and syncs the metadata store. After it returns, a crash of any
 // kind keeps what was written before.
-func (v *View) Sync() error { return v.sync(true) }
+func (v *View) Sync() error { return v.sync(true, false) }
+
+// Fsync is Sync for fsync(2) and fdatasync(2): the changes are as durable
+// when it returns, but when they go through the intent log their
+// operations are left to the journal loop to commit (within
+// journalDelay), the log's record being their durable copy until then.
+// Committing them on the fsync's path cost a badger transaction and its
+// goroutine handoffs per fsync. Callers that read the store afterwards
+// (a diff of the live state, fsck) call Sync.
+func (v *View) Fsync() error { return v.sync(true, true) }
 
 // sync is Sync; logged lets it go through the intent log (wal.go), which
 // makes the changes durable in one device flush and leaves the data file
 // and badger's log to a later sync: the journal loop's and Close's syncs
 // are full ones.
-func (v *View) sync(logged bool) error {
+func (v *View) sync(logged, leave bool) error {
 	if v.ro {
 		return nil
 	}
@@ -1464,7 +1514,7 @@ func (v *View) sync(logged bool) error {
 	if syncGapHook != nil {
 		syncGapHook(v)
 	}
-	if logged && v.syncLogged(sealed) {
+	if logged && v.syncLogged(sealed, leave) {
 		v.releaseJournal(hold)
 		v.freedDurable(f, freed, moved)
 		v.giveBackReopen(back)

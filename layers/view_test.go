@@ -1295,7 +1295,7 @@ func TestDataSyncFailureStopsTheView(t *testing.T) {
 			_, err := e.store.Repoint(e.name, target, noRepointFn)
 			return err
 		}},
-		{"sync", func(_ *testEnv, v *View, _ string) error { return v.sync(false) }},
+		{"sync", func(_ *testEnv, v *View, _ string) error { return v.sync(false, false) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -840,7 +840,7 @@ func (v *View) walSealedUpToLocked(f *os.File, withData bool, maxData int) ([]wa
 // the log cannot take them (not usable, too full, a commit of the view's
 // records outside it not durable yet, a write or a sync that failed) and
 // nothing it took was committed: the caller then syncs the full way.
-func (v *View) syncLogged(sealed uint64) bool {
+func (v *View) syncLogged(sealed uint64, leave bool) bool {
 	v.cmu.Lock()
 	defer v.cmu.Unlock()
 	w := v.wal
@@ -863,10 +863,17 @@ func (v *View) syncLogged(sealed uint64) bool {
 		segs = append(segs, d.segs...)
 		sizes = append(sizes, d.sizes...)
 	}
+	// What an earlier Fsync left uncommitted is in the log already: a
+	// record that leaves its operations too holds only the new ones.
+	recOps := ops
+	if leave {
+		k, _ := v.loggedCount(ops, upto)
+		recOps = ops[k:]
+	}
 	var rec []byte
 	seq := v.walSeq.Load() + 1
-	if len(ops) > 0 || len(segs) > 0 {
-		rec = encodeWalRec(walRec{cycle: w.cycle, seq: seq, ops: ops, segs: segs, sizes: sizes})
+	if len(recOps) > 0 || len(segs) > 0 {
+		rec = encodeWalRec(walRec{cycle: w.cycle, seq: seq, ops: recOps, segs: segs, sizes: sizes})
 	}
 	fail := func() bool {
 		v.putBackJournal(ops, nil)
@@ -884,9 +891,29 @@ func (v *View) syncLogged(sealed uint64) bool {
 	w.off += int64(len(rec))
 	w.dirty = false
 	if rec == nil {
+		v.putBackJournal(ops, nil)
 		return true
 	}
-	if err := v.commitOpsLocked(ops, seq); err != nil {
+	if leave {
+		// Durable: the operations go back to the journal, in the log up
+		// to here, and the journal loop commits them.
+		v.walSeq.Store(seq)
+		if len(segs) > 0 {
+			v.walData.Store(seq)
+		}
+		v.putBackJournal(ops, nil)
+		if len(ops) > 0 {
+			v.jmu.Lock()
+			v.loggedUpTo, v.loggedSeq = max(v.loggedUpTo, upto), seq
+			v.jmu.Unlock()
+			select {
+			case v.kick <- struct{}{}:
+			default:
+			}
+		}
+		return true
+	}
+	if err := v.commitOpsLocked(ops, seq, nil); err != nil {
 		// The record is in the log, its operations back in the
 		// journal: the full way syncs the data, then commits them.
 		v.walStopLocked()

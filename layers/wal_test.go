@@ -243,7 +243,7 @@ func TestWALPowerCut(t *testing.T) {
 			a := mkfile(t, v, RootIno, "a", big)
 			mkfile(t, v, RootIno, "gone", "to be removed")
 			want["a"] = big
-			ok(t, "full sync", v.sync(false))
+			ok(t, "full sync", v.sync(false, false))
 			durable := filepath.Join(t.TempDir(), "durable")
 			copyDir(t, filepath.Join(e.dir, "store"), durable)
 
@@ -348,7 +348,7 @@ func TestWALInodeLease(t *testing.T) {
 	e := newEnv(t, MinBlockSize, nil)
 	v := e.view()
 	t.Cleanup(func() { v.Close() })
-	ok(t, "full sync", v.sync(false))
+	ok(t, "full sync", v.sync(false, false))
 	durable := filepath.Join(t.TempDir(), "durable")
 	copyDir(t, filepath.Join(e.dir, "store"), durable)
 	inos := map[uint64]string{}
@@ -545,7 +545,7 @@ func walModelRun(t *testing.T, seed int64, rounds int) uint64 {
 		syncedListing, syncedStack = treeOf(t, v), layerIDsOf(t, e.store)
 	}
 	snapshot := func() {
-		ok(t, "full sync", v.sync(false))
+		ok(t, "full sync", v.sync(false, false))
 		durable = filepath.Join(t.TempDir(), "durable")
 		copyDir(t, filepath.Join(e.dir, "store"), durable)
 		dataAt = ""
@@ -665,7 +665,14 @@ func walModelRun(t *testing.T, seed int64, rounds int) uint64 {
 			model, inos = cloneModel(to.model), maps.Clone(to.inos)
 		}
 		full := v.fullSyncs.Load()
-		ok(t, "sync", v.Sync())
+		if rng.Intn(3) == 0 {
+			ok(t, "sync", v.Sync())
+		} else {
+			// As fsync(2) through a mount: the operations may stay
+			// uncommitted, in the log only, until the journal loop
+			// commits them.
+			ok(t, "fsync", v.Fsync())
+		}
 		if v.fullSyncs.Load() != full {
 			// Too much data for the log: a full sync, the new image.
 			durable = filepath.Join(t.TempDir(), "durable")
@@ -858,13 +865,11 @@ func interleavingEnv(t *testing.T) (*testEnv, *View) {
 	return e, v
 }
 
-// TestWALSealedDataTravelsWithItsRecords: a Sync whose sealed operations
-// another Sync commits first must not write its data into the log later,
-// after the slot it read was freed and written again: the data goes with
-// the operations, whoever commits them. (Found by the crash test: a kill
-// after such a late record, and the store opened with a block failing
-// its checksum.)
-func TestWALSealedDataTravelsWithItsRecords(t *testing.T) {
+// twoFiles is interleavingEnv with files f ("a"s) and g ("g"s) of a
+// block each, made durable by a full sync, and a writer of p at offset
+// off of an inode.
+func twoFiles(t *testing.T) (*testEnv, *View, Attr, Attr, func(ino uint64, p string, off int64)) {
+	t.Helper()
 	const bs = DefaultBlockSize
 	e, v := interleavingEnv(t)
 	f := mkfile(t, v, RootIno, "f", strings.Repeat("a", bs))
@@ -875,6 +880,18 @@ func TestWALSealedDataTravelsWithItsRecords(t *testing.T) {
 		_, err := v.WriteAt(ino, []byte(p), off, false)
 		ok(t, "write", err)
 	}
+	return e, v, f, g, write
+}
+
+// TestWALSealedDataTravelsWithItsRecords: a Sync whose sealed operations
+// another Sync commits first must not write its data into the log later,
+// after the slot it read was freed and written again: the data goes with
+// the operations, whoever commits them. (Found by the crash test: a kill
+// after such a late record, and the store opened with a block failing
+// its checksum.)
+func TestWALSealedDataTravelsWithItsRecords(t *testing.T) {
+	const bs = DefaultBlockSize
+	e, v, f, g, write := twoFiles(t)
 	write(f.Ino, "1", 0) // f's block in a new slot X, sealed by the Sync below
 	inGap := false
 	syncGapHook = func(hv *View) {
@@ -889,7 +906,7 @@ func TestWALSealedDataTravelsWithItsRecords(t *testing.T) {
 		ok(t, "second sync", v.Sync())
 		// X is reused by g's block, and a full sync makes that durable.
 		write(g.Ino, "G", 0)
-		ok(t, "full sync", v.sync(false))
+		ok(t, "full sync", v.sync(false, false))
 	}
 	t.Cleanup(func() { syncGapHook = nil })
 	ok(t, "first sync", v.Sync())
@@ -915,10 +932,7 @@ func TestWALSealedDataTravelsWithItsRecords(t *testing.T) {
 			}
 		}
 	}
-	// The image a kill -9 leaves.
-	img := filepath.Join(t.TempDir(), "store")
-	copyDir(t, filepath.Join(e.dir, "store"), img)
-	s2, v2 := openImage(t, img)
+	s2, v2 := openImage(t, killImage(t, e))
 	t.Cleanup(func() { v2.Close() })
 	if got := content(t, v2, f.Ino); got != "2"+strings.Repeat("a", bs-1) {
 		t.Fatalf("f reads %q...", got[:4])
@@ -956,7 +970,7 @@ func TestWALLeavesAFullSyncsRecords(t *testing.T) {
 		copyDir(t, filepath.Join(e.dir, "store"), img)
 	}
 	t.Cleanup(func() { syncGapHook = nil })
-	ok(t, "full sync", v.sync(false))
+	ok(t, "full sync", v.sync(false, false))
 	syncGapHook = nil
 	sc.check(img, map[uint64]string{h.Ino: "h"})
 }
@@ -1061,4 +1075,55 @@ func TestWALCheckpointCommittingTheJournalFirst(t *testing.T) {
 		t.Fatalf("the checkpoint's function ran %d times, want 2", calls)
 	}
 	sc.check(img, nil)
+}
+
+// TestFsyncLeavesItsOperationsWhole: an Fsync whose record takes the
+// operations of a Sync still between its seal and its commit (and of a
+// write before that Sync's hold) leaves them all to the journal, and the
+// next commit takes them whole, holds or not: a commit that took only
+// those before the hold and stored the record's number would make a
+// replay skip the record, and a kill -9 then lose what the Fsync made
+// durable. (Found by the crash test, with the fsyncs of a mount left to
+// the journal loop.)
+func TestFsyncLeavesItsOperationsWhole(t *testing.T) {
+	const bs = DefaultBlockSize
+	e, v, f, g, write := twoFiles(t)
+	// The journal loop must not commit the creation of h before the
+	// first Fsync's hold: this hold keeps it pending.
+	early := v.holdJournal()
+	mkfile(t, v, RootIno, "h", "h")
+	write(f.Ino, "1", 0)
+	var img string // what a kill -9 leaves, once the journal committed
+	inGap := false
+	syncGapHook = func(hv *View) {
+		if inGap || hv != v {
+			return
+		}
+		inGap = true
+		write(g.Ino, "2", 0)
+		ok(t, "second fsync", v.Fsync())
+		if v.loggedUpTo == 0 {
+			t.Fatal("the second Fsync committed its operations")
+		}
+		v.releaseJournal(early)
+		ok(t, "journal commit", v.commit())
+		img = killImage(t, e)
+	}
+	t.Cleanup(func() { syncGapHook = nil })
+	ok(t, "first fsync", v.Fsync())
+	syncGapHook = nil
+	_, v2 := openImage(t, img)
+	defer v2.Close()
+	if got := content(t, v2, g.Ino); got != "2"+strings.Repeat("g", bs-1) {
+		t.Fatalf("after the kill g reads %q..., not what the second Fsync made durable", got[:4])
+	}
+}
+
+// killImage copies the store of e as a kill -9 of its process leaves it
+// (every file as the page cache holds it), for openImage.
+func killImage(t *testing.T, e *testEnv) string {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "store")
+	copyDir(t, filepath.Join(e.dir, "store"), img)
+	return img
 }
